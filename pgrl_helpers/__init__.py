@@ -1,0 +1,78 @@
+"""pgrl_helpers: the shared code of the pgrl notebook series.
+
+Where things live (one module per concept):
+
+* ``sort_task``  - prompts, ground truth, rewards, ``compute_reward``
+* ``models``     - ``LectureModel`` (the lecture's toy policy, fixed)
+* ``sampling``   - ``sample_responses`` / ``generate_responses``, ``compute_log_probs``
+* ``advantages`` - ``compute_deltas`` (rewards, centered, normalized, max, leave-one-out)
+* ``losses``     - ``compute_loss`` (naive, unclipped, clipped), ``compute_ratio``
+* ``kl``         - k1/k2/k3 estimators, ``compute_kl_penalty``
+"""
+
+from .advantages import DELTA_MODES, compute_deltas
+from .kl import KL_ESTIMATORS, compute_kl_penalty, kl_estimate, kl_k1, kl_k2, kl_k3
+from .losses import (
+    LOSS_MODES,
+    clip_fraction,
+    compute_loss,
+    compute_per_token_loss,
+    compute_ratio,
+)
+from .models import LectureModel, Model
+from .sampling import (
+    compute_log_probs,
+    generate_responses,
+    greedy_responses,
+    sample_responses,
+    token_entropy,
+)
+from .sort_task import (
+    LECTURE_PROMPTS,
+    REWARD_FNS,
+    compute_reward,
+    exact_sort,
+    lecture_prompts,
+    make_prompts,
+    max_reward,
+    sort_distance_reward,
+    sort_distance_reward_batch,
+    sort_inclusion_ordering_reward,
+    sort_inclusion_ordering_reward_batch,
+    sorted_responses,
+)
+
+__all__ = [
+    "DELTA_MODES",
+    "KL_ESTIMATORS",
+    "LECTURE_PROMPTS",
+    "LOSS_MODES",
+    "REWARD_FNS",
+    "LectureModel",
+    "Model",
+    "clip_fraction",
+    "compute_deltas",
+    "compute_kl_penalty",
+    "compute_log_probs",
+    "compute_loss",
+    "compute_per_token_loss",
+    "compute_ratio",
+    "compute_reward",
+    "exact_sort",
+    "generate_responses",
+    "greedy_responses",
+    "kl_estimate",
+    "kl_k1",
+    "kl_k2",
+    "kl_k3",
+    "lecture_prompts",
+    "make_prompts",
+    "max_reward",
+    "sample_responses",
+    "sort_distance_reward",
+    "sort_distance_reward_batch",
+    "sort_inclusion_ordering_reward",
+    "sort_inclusion_ordering_reward_batch",
+    "sorted_responses",
+    "token_entropy",
+]

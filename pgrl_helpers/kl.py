@@ -1,0 +1,65 @@
+"""Sample-based estimators of KL(p || q) with samples x ~ p.
+
+Here p is the policy being trained (it sampled the responses) and q the
+reference model, so every estimator below estimates KL(policy || ref).
+Inputs are per-token log-probs of the *sampled* tokens, float[batch, trial, pos]
+(the lecture's docstring wrongly says [batch, trial, pos, vocab]). With
+r = q(x) / p(x) = exp(ref_log_probs - log_probs):
+
+* k1 = -log r                 unbiased, can be negative, high variance;
+* k2 = (log r)^2 / 2          biased, non-negative, low variance;
+* k3 = r - 1 - log r          unbiased (E_p[r] = 1), non-negative, low variance.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._validate import check_finite, check_mode, check_ndim, check_same_shape
+from .losses import MAX_LOG_RATIO
+
+KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
+
+
+def _log_r(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    check_same_shape(log_probs, ref_log_probs, "log_probs", "ref_log_probs")
+    check_finite(log_probs, "log_probs")
+    check_finite(ref_log_probs, "ref_log_probs")
+    # clamp so that exp never overflows into inf
+    return (ref_log_probs - log_probs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+
+
+def kl_k1(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """k1 = log p - log q per sample (same shape as the inputs)."""
+    return -_log_r(log_probs, ref_log_probs)
+
+
+def kl_k2(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """k2 = (log q - log p)^2 / 2 per sample (same shape as the inputs)."""
+    return 0.5 * _log_r(log_probs, ref_log_probs) ** 2
+
+
+def kl_k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """k3 = q/p - 1 - log(q/p) per sample, >= 0, 0 exactly where log p == log q."""
+    log_r = _log_r(log_probs, ref_log_probs)
+    return torch.exp(log_r) - 1 - log_r
+
+
+def kl_estimate(
+    log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: str = "k3"
+) -> torch.Tensor:
+    """Per-sample estimator by name ('k1', 'k2' or 'k3'); same shape as the inputs."""
+    check_mode(estimator, KL_ESTIMATORS, "KL estimator")
+    return {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}[estimator](log_probs, ref_log_probs)
+
+
+def compute_kl_penalty(
+    log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: str = "k3"
+) -> torch.Tensor:
+    """Scalar estimate of KL(policy || ref) per response.
+
+    log_probs, ref_log_probs float[batch, trial, pos] (samples from the policy) ->
+    sum over pos (one response's KL), then mean over batch and trial.
+    """
+    check_ndim(log_probs, 3, "log_probs", "batch, trial, pos")
+    return kl_estimate(log_probs, ref_log_probs, estimator).sum(dim=-1).mean()

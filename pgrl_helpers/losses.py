@@ -1,0 +1,123 @@
+"""Policy-gradient losses: naive (REINFORCE), unclipped ratio, clipped ratio (PPO/GRPO).
+
+Shapes: log_probs and old_log_probs float[batch, trial, pos] (one value per
+sampled token), deltas float[batch, trial] (one per response, broadcast over pos).
+``compute_per_token_loss`` returns float[batch, trial, pos] so a caller can choose
+the reduction; ``compute_loss`` takes the mean over every token, as the lecture does.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._validate import check_finite, check_mode, check_ndim, check_same_shape
+
+LOSS_MODES: tuple[str, ...] = ("naive", "unclipped", "clipped")
+
+#: log-ratios are clamped to +-MAX_LOG_RATIO before exp so the ratio stays finite.
+MAX_LOG_RATIO = 20.0
+
+FREEZE_MESSAGE = (
+    "old_log_probs requires grad: the ratio exp(log_probs - old_log_probs) is then "
+    "exactly 1 with zero gradient on the first step (the freeze pitfall). Compute "
+    "old_log_probs under torch.no_grad() or call .detach() on them; pass "
+    "check_frozen=False only to demonstrate the bug."
+)
+
+
+def compute_ratio(
+    log_probs: torch.Tensor, old_log_probs: torch.Tensor, max_log_ratio: float = MAX_LOG_RATIO
+) -> torch.Tensor:
+    """Per-token importance ratio pi/pi_old = exp(log_probs - old_log_probs), [batch, trial, pos].
+
+    The log-ratio is clamped to [-max_log_ratio, max_log_ratio] first, so the ratio
+    (and its gradient) can never be inf or NaN; beyond the clamp the gradient is 0.
+    """
+    check_same_shape(log_probs, old_log_probs, "log_probs", "old_log_probs")
+    return torch.exp((log_probs - old_log_probs).clamp(-max_log_ratio, max_log_ratio))
+
+
+def _check_inputs(log_probs, deltas, mode, old_log_probs, epsilon, check_frozen):
+    check_mode(mode, LOSS_MODES, "loss mode")
+    check_ndim(log_probs, 3, "log_probs", "batch, trial, pos")
+    check_ndim(deltas, 2, "deltas", "batch, trial")
+    if deltas.shape != log_probs.shape[:2]:
+        raise ValueError(
+            f"deltas must be [batch, trial] matching log_probs: deltas {list(deltas.shape)}, "
+            f"log_probs {list(log_probs.shape)}"
+        )
+    check_finite(deltas, "deltas")
+    check_finite(log_probs, "log_probs")
+    if mode != "naive":
+        if old_log_probs is None:
+            raise ValueError(
+                f"loss mode {mode!r} needs old_log_probs (the frozen log-probs of the "
+                "policy that sampled the responses)"
+            )
+        check_same_shape(log_probs, old_log_probs, "log_probs", "old_log_probs")
+        check_finite(old_log_probs, "old_log_probs")
+        if check_frozen and old_log_probs.requires_grad:
+            raise ValueError(FREEZE_MESSAGE)
+    if mode == "clipped" and not (0 < epsilon < 1):
+        raise ValueError(f"epsilon must lie in (0, 1), got {epsilon}")
+
+
+def compute_per_token_loss(
+    log_probs: torch.Tensor,
+    deltas: torch.Tensor,
+    mode: str,
+    old_log_probs: torch.Tensor | None = None,
+    epsilon: float = 0.2,
+    check_frozen: bool = True,
+) -> torch.Tensor:
+    """Per-token loss float[batch, trial, pos]; minimise its mean.
+
+    * ``naive``:     -log_probs * delta
+    * ``unclipped``: -ratio * delta
+    * ``clipped``:   -min(ratio * delta, clip(ratio, 1 - epsilon, 1 + epsilon) * delta)
+
+    with ratio = exp(log_probs - old_log_probs) (see ``compute_ratio``). All three
+    have the same gradient when old_log_probs equal log_probs (detached).
+    """
+    _check_inputs(log_probs, deltas, mode, old_log_probs, epsilon, check_frozen)
+    delta = deltas[:, :, None]  # [batch, trial, 1] broadcasts over pos
+    if mode == "naive":
+        return -log_probs * delta
+    ratio = compute_ratio(log_probs, old_log_probs)
+    if mode == "unclipped":
+        return -ratio * delta
+    clipped_ratio = ratio.clamp(1 - epsilon, 1 + epsilon)
+    return -torch.minimum(ratio * delta, clipped_ratio * delta)
+
+
+def compute_loss(
+    log_probs: torch.Tensor,
+    deltas: torch.Tensor,
+    mode: str,
+    old_log_probs: torch.Tensor | None = None,
+    epsilon: float = 0.2,
+    check_frozen: bool = True,
+) -> torch.Tensor:
+    """Scalar loss: the mean of ``compute_per_token_loss`` over batch, trial and pos.
+
+    ``epsilon`` defaults to 0.2 (the lecture hard-coded 0.01).
+    """
+    return compute_per_token_loss(
+        log_probs, deltas, mode, old_log_probs, epsilon, check_frozen
+    ).mean()
+
+
+def clip_fraction(
+    log_probs: torch.Tensor, old_log_probs: torch.Tensor, deltas: torch.Tensor, epsilon: float = 0.2
+) -> float:
+    """Fraction of tokens whose clipped term is active (gradient cut off), in [0, 1].
+
+    A token is clipped when delta > 0 and ratio > 1 + epsilon, or delta < 0 and
+    ratio < 1 - epsilon: exactly the tokens where ``clipped`` has zero gradient.
+    """
+    check_ndim(deltas, 2, "deltas", "batch, trial")
+    with torch.no_grad():
+        ratio = compute_ratio(log_probs, old_log_probs)
+        delta = deltas[:, :, None].expand_as(ratio)
+        clipped = ((delta > 0) & (ratio > 1 + epsilon)) | ((delta < 0) & (ratio < 1 - epsilon))
+        return clipped.float().mean().item()

@@ -1,0 +1,86 @@
+"""Rollouts: sample G responses per prompt, and score their per-token log-probs.
+
+Works with any policy whose ``forward(prompts int[batch, pos])`` returns logits
+``float[batch, pos, vocab]`` and that has a ``vocab_size`` attribute.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+
+from ._validate import check_integer, check_ndim, check_token_range
+
+
+def _logits(model, prompts: torch.Tensor) -> torch.Tensor:
+    logits = model(prompts)
+    check_ndim(logits, 3, "model output (logits)", "batch, pos, vocab")
+    if logits.shape[0] != prompts.shape[0]:
+        raise ValueError(
+            f"model returned logits for {logits.shape[0]} prompts, got {prompts.shape[0]}"
+        )
+    return logits
+
+
+def sample_responses(
+    model, prompts: torch.Tensor, num_samples: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Sample ``num_samples`` (= G) responses per prompt.
+
+    prompts int[batch, pos] -> responses int64[batch, trial, pos], trial = num_samples.
+    Each position is sampled independently from softmax(logits); pass a seeded
+    ``torch.Generator`` (or seed the global RNG) for reproducible samples.
+    """
+    check_ndim(prompts, 2, "prompts", "batch, pos")
+    check_integer(prompts, "prompts")
+    if not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    with torch.no_grad():
+        logits = _logits(model, prompts)  # [batch, pos, vocab]
+        probs = F.softmax(logits.float(), dim=-1)
+        flat = rearrange(probs, "batch pos vocab -> (batch pos) vocab")
+        flat_responses = torch.multinomial(
+            flat, num_samples, replacement=True, generator=generator
+        )  # [(batch pos), trial]
+    # the lecture wrote "-> bat trail pos" with the sample axis named twice differently
+    return rearrange(flat_responses, "(batch pos) trial -> batch trial pos", batch=prompts.shape[0])
+
+
+#: The lecture uses both names.
+generate_responses = sample_responses
+
+
+def greedy_responses(model, prompts: torch.Tensor) -> torch.Tensor:
+    """The most likely token at every position: int[batch, pos] -> int64[batch, 1, pos]."""
+    check_ndim(prompts, 2, "prompts", "batch, pos")
+    with torch.no_grad():
+        return _logits(model, prompts).argmax(dim=-1)[:, None, :]
+
+
+def compute_log_probs(prompts: torch.Tensor, responses: torch.Tensor, model) -> torch.Tensor:
+    """Per-token log pi(response token | prompt).
+
+    prompts int[batch, pos], responses int[batch, trial, pos] -> float[batch, trial, pos].
+    Differentiable: wrap in ``torch.no_grad()`` to freeze old/reference log-probs.
+    """
+    check_ndim(prompts, 2, "prompts", "batch, pos")
+    check_ndim(responses, 3, "responses", "batch, trial, pos")
+    check_integer(responses, "responses")
+    log_probs = F.log_softmax(_logits(model, prompts), dim=-1)  # [batch, pos, vocab]
+    batch, pos, vocab = log_probs.shape
+    if responses.shape[0] != batch or responses.shape[2] != pos:
+        raise ValueError(
+            f"responses shape {list(responses.shape)} does not fit logits shape "
+            f"{list(log_probs.shape)}: need [batch={batch}, trial, pos={pos}]"
+        )
+    check_token_range(responses, vocab, "responses")
+    trial = responses.shape[1]
+    expanded = log_probs[:, None].expand(batch, trial, pos, vocab)  # a view, no copy
+    return expanded.gather(dim=-1, index=responses.unsqueeze(-1)).squeeze(-1)
+
+
+def token_entropy(prompts: torch.Tensor, model) -> torch.Tensor:
+    """Entropy of the policy at every output position (nats): float[batch, pos]."""
+    log_probs = F.log_softmax(_logits(model, prompts), dim=-1)
+    return -(log_probs.exp() * log_probs).sum(dim=-1)

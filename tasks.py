@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""One entry point for the pgrl series; needs nothing but python3.
+
+    python3 tasks.py lab          set up .venv (first time) and open JupyterLab on notebooks/
+    python3 tasks.py test         set up .venv (first time) and run every check:
+                                  ruff, pytest unit tests, nbval over every notebook
+    python3 tasks.py setup        only create / update .venv
+    python3 tasks.py bench        run the benchmark scripts in benchmarks/
+    python3 tasks.py assignments  generate student notebooks from the instructor ones
+
+The Makefile has the same targets (make lab, make test, ...).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PY = BIN / "python"
+
+#: Requirement files installed for readers (lab) and, in addition, for the test run.
+LAB_REQUIREMENTS = ["requirements.txt"]
+TEST_REQUIREMENTS = ["requirements.txt", "requirements-test.txt", "requirements-scale.txt"]
+
+
+def run(*cmd: str | Path, **kwargs) -> None:
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    subprocess.run([str(c) for c in cmd], check=True, cwd=ROOT, **kwargs)
+
+
+def setup(requirement_files: list[str]) -> None:
+    """Create .venv if needed and install the given requirement files plus this package."""
+    files = [f for f in requirement_files if (ROOT / f).exists()]
+    if not PY.exists():
+        run(sys.executable, "-m", "venv", VENV)
+        run(PY, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    digest = hashlib.sha256()
+    for f in files + ["pyproject.toml"]:
+        digest.update((ROOT / f).read_bytes())
+    stamp = VENV / f".installed-{digest.hexdigest()[:16]}"
+    if stamp.exists():
+        return
+    args = []
+    for f in files:
+        args += ["-r", f]
+    run(PY, "-m", "pip", "install", "--quiet", *args)
+    run(PY, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "-e", ".")
+    stamp.touch()
+
+
+def lab() -> None:
+    setup(LAB_REQUIREMENTS)
+    cmd = [BIN / "jupyter", "lab", "--ip=127.0.0.1", f"--ServerApp.root_dir={ROOT / 'notebooks'}"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")  # JupyterLab refuses root otherwise; token auth stays on
+    run(*cmd, *sys.argv[2:])
+
+
+def test() -> None:
+    setup(TEST_REQUIREMENTS)
+    targets = [
+        p for p in ("pgrl_helpers", "tests", "benchmarks", "tasks.py") if (ROOT / p).exists()
+    ]
+    run(BIN / "ruff", "check", *targets)
+    run(BIN / "ruff", "format", "--check", *targets)
+    run(PY, "-m", "pytest", "tests", *sys.argv[2:])
+    run(
+        PY,
+        "-m",
+        "pytest",
+        "--nbval",
+        "--nbval-current-env",
+        "--nbval-sanitize-with",
+        ".nbval-sanitize.cfg",
+        "-p",
+        "no:cacheprovider",
+        "notebooks",
+    )
+
+
+def bench() -> None:
+    setup(LAB_REQUIREMENTS)
+    for script in sorted((ROOT / "benchmarks").glob("bench_*.py")):
+        run(PY, script)
+
+
+def assignments() -> None:
+    setup(["requirements.txt", "requirements-instructor.txt"])
+    run(PY, ROOT / "assignments" / "make_assignments.py", *sys.argv[2:])
+
+
+COMMANDS = {
+    "setup": lambda: setup(TEST_REQUIREMENTS),
+    "lab": lab,
+    "test": test,
+    "bench": bench,
+    "assignments": assignments,
+}
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        print(__doc__)
+        sys.exit(2)
+    try:
+        COMMANDS[sys.argv[1]]()
+    except subprocess.CalledProcessError as err:
+        sys.exit(err.returncode or 1)
