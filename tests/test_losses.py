@@ -1,0 +1,113 @@
+"""compute_loss: gradient identities at ratio 1, clipping, overflow safety, bad input."""
+
+import pytest
+import torch
+
+from pgrl_helpers.losses import (
+    FREEZE_MESSAGE,
+    LOSS_MODES,
+    clip_fraction,
+    compute_loss,
+    compute_per_token_loss,
+    compute_ratio,
+)
+
+
+def make_batch(seed=0, batch=3, trial=4, pos=5):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(batch, trial, pos, requires_grad=True, generator=g)
+    deltas = torch.randn(batch, trial, generator=g)
+    return logits, deltas
+
+
+def log_probs_of(logits):
+    return torch.nn.functional.logsigmoid(logits)  # any differentiable log-prob in (-inf, 0)
+
+
+def grad_of(loss, x):
+    (g,) = torch.autograd.grad(loss, x)
+    return g
+
+
+def test_all_modes_share_the_naive_gradient_at_ratio_one():
+    logits, deltas = make_batch()
+    log_probs = log_probs_of(logits)
+    old = log_probs.detach()
+    naive = grad_of(compute_loss(log_probs, deltas, "naive"), logits)
+    for mode in ("unclipped", "clipped"):
+        g = grad_of(compute_loss(log_probs_of(logits), deltas, mode, old), logits)
+        torch.testing.assert_close(g, naive, rtol=1e-6, atol=1e-7)
+
+
+def test_clipped_equals_unclipped_inside_the_trust_region():
+    logits, deltas = make_batch(1)
+    log_probs = log_probs_of(logits)
+    old = (log_probs + 0.05 * torch.randn(log_probs.shape)).detach()  # ratios in ~[0.85, 1.15]
+    assert (compute_ratio(log_probs, old) - 1).abs().max() < 0.2
+    a = compute_per_token_loss(log_probs, deltas, "clipped", old, epsilon=0.2)
+    b = compute_per_token_loss(log_probs, deltas, "unclipped", old)
+    torch.testing.assert_close(a, b)
+    assert clip_fraction(log_probs, old, deltas, 0.2) == 0.0
+
+
+def test_clipped_gradient_is_zero_exactly_where_the_sign_of_delta_selects_the_clip():
+    # one response per sign of delta, three tokens: ratio far above, inside, far below the range
+    old = torch.zeros(1, 2, 3)
+    log_ratio = torch.tensor([[[0.5, 0.0, -0.5], [0.5, 0.0, -0.5]]], requires_grad=True)
+    deltas = torch.tensor([[1.0, -1.0]])
+    loss = compute_per_token_loss(log_ratio + old, deltas, "clipped", old, epsilon=0.2).sum()
+    g = grad_of(loss, log_ratio)
+    # delta > 0: clipped (zero grad) when ratio > 1 + eps; active otherwise
+    assert g[0, 0, 0] == 0 and g[0, 0, 1] != 0 and g[0, 0, 2] != 0
+    # delta < 0: clipped when ratio < 1 - eps; active otherwise
+    assert g[0, 1, 2] == 0 and g[0, 1, 1] != 0 and g[0, 1, 0] != 0
+    frac = clip_fraction(log_ratio + old, old, deltas, 0.2)
+    assert frac == pytest.approx(2 / 6)
+
+
+def test_huge_log_ratio_differences_stay_finite():
+    logits, deltas = make_batch(2)
+    old = torch.full_like(logits, -1e4).detach()
+    for mode in LOSS_MODES:
+        loss = compute_loss(logits * 1e4, deltas, mode, old)
+        g = grad_of(loss, logits)
+        assert torch.isfinite(loss) and torch.isfinite(g).all(), mode
+
+
+def test_naive_hand_value():
+    log_probs = torch.log(torch.tensor([[[0.5, 0.25]]]))
+    deltas = torch.tensor([[2.0]])
+    expected = -(2 * (torch.log(torch.tensor(0.5)) + torch.log(torch.tensor(0.25)))) / 2
+    torch.testing.assert_close(compute_loss(log_probs, deltas, "naive"), expected)
+
+
+def test_freeze_pitfall_is_named():
+    logits, deltas = make_batch(3)
+    log_probs = log_probs_of(logits)
+    with pytest.raises(ValueError, match="freeze pitfall"):
+        compute_loss(log_probs, deltas, "clipped", old_log_probs=log_probs)
+    # the demonstration switch: loss runs, gradient is exactly zero (ratio == 1 identically)
+    loss = compute_loss(log_probs, deltas, "unclipped", old_log_probs=log_probs, check_frozen=False)
+    assert torch.all(grad_of(loss, logits) == 0)
+    assert "torch.no_grad()" in FREEZE_MESSAGE
+
+
+def test_bad_inputs():
+    logits, deltas = make_batch(4)
+    log_probs = log_probs_of(logits)
+    with pytest.raises(ValueError, match="unknown loss mode 'ppo'.*naive, unclipped, clipped"):
+        compute_loss(log_probs, deltas, "ppo")
+    with pytest.raises(ValueError, match="needs old_log_probs"):
+        compute_loss(log_probs, deltas, "clipped")
+    with pytest.raises(ValueError, match=r"deltas \[3, 3\], log_probs \[3, 4, 5\]"):
+        compute_loss(log_probs, deltas[:, :3], "naive")
+    with pytest.raises(ValueError, match=r"same shape.*\[3, 4, 5\] and \[3, 4, 4\]"):
+        compute_loss(log_probs, deltas, "unclipped", log_probs.detach()[..., :4])
+    with pytest.raises(ValueError, match=r"batch, trial, pos"):
+        compute_loss(log_probs[0], deltas, "naive")
+    with pytest.raises(ValueError, match="epsilon"):
+        compute_loss(log_probs, deltas, "clipped", log_probs.detach(), epsilon=1.5)
+    bad = deltas.clone()
+    bad[0, 0] = float("inf")
+    with pytest.raises(ValueError, match="deltas contains 1 non-finite"):
+        compute_loss(log_probs, bad, "naive")
