@@ -1,0 +1,260 @@
+"""Exact expectations and gradients, by enumerating every response of a small policy.
+
+For a policy whose output positions are decoded independently given the prompt (the
+``LectureModel``), the probability of a whole response ``a`` is the product of its
+per-token probabilities, ``log pi(a|s) = sum_pos log pi(a_pos|s)``. With ``vocab``
+tokens and ``length`` positions there are ``N = vocab ** length`` responses, so for a
+small problem (vocab 3, length 3: N = 27) every expectation over responses is a finite
+sum and can be computed exactly:
+
+    E[R | s] = sum_a pi(a|s) R(s, a)        (differentiable: autograd gives the exact gradient)
+
+That exact gradient is the yardstick for the Monte Carlo estimates (REINFORCE, with or
+without a baseline) used in notebooks 02 and 03.
+
+Shapes: prompts int[batch, pos]; all responses int[N, pos]; per-response quantities
+float[batch, N]; flattened parameter gradients float[num_params] (the model's
+parameters in ``model.parameters()`` order, each flattened and concatenated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from einops import rearrange, repeat
+from torch import nn
+
+from ._validate import check_finite, check_integer, check_ndim
+from .advantages import compute_deltas
+from .sampling import compute_log_probs, sample_responses
+from .sort_task import compute_reward
+
+#: Refuse to enumerate more responses per prompt than this (memory grows as N * pos).
+MAX_RESPONSES = 200_000
+
+#: Refuse score-function tables with more elements than this (batch * N * num_params).
+MAX_SCORE_ELEMENTS = 20_000_000
+
+#: Baselines understood by ``reinforce_gradient_estimate`` (besides a number or tensor).
+BASELINES: tuple[str, ...] = ("none", "value", "group_mean", "leave_one_out")
+
+
+def _check_positive_int(value, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _check_model(model) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if not hasattr(model, "vocab_size"):
+        raise TypeError("model needs a `vocab_size` attribute (like LectureModel)")
+
+
+def all_responses(vocab_size: int, length: int, max_responses: int = MAX_RESPONSES) -> torch.Tensor:
+    """Every response of ``length`` tokens from a ``vocab_size`` vocabulary.
+
+    Returns int64[N, length] with N = vocab_size ** length, in lexicographic order:
+    row n holds the base-``vocab_size`` digits of n, first position most significant
+    (``[0, 0, 0], [0, 0, 1], ...``). Raises ValueError if N > ``max_responses``.
+    """
+    _check_positive_int(vocab_size, "vocab_size")
+    _check_positive_int(length, "length")
+    _check_positive_int(max_responses, "max_responses")
+    num = vocab_size**length
+    if num > max_responses:
+        raise ValueError(
+            f"enumerating every response needs vocab_size ** length = {vocab_size}**{length} "
+            f"= {num} rows, more than max_responses={max_responses}; use a smaller vocabulary "
+            "or shorter responses (or raise max_responses if you have the memory)"
+        )
+    index = torch.arange(num)
+    powers = vocab_size ** torch.arange(length - 1, -1, -1)  # [length]
+    return (index[:, None] // powers[None, :]) % vocab_size
+
+
+def _response_length(model, prompts: torch.Tensor) -> int:
+    length = getattr(model, "response_length", None)
+    return int(length) if length is not None else int(prompts.shape[1])
+
+
+def response_log_probs(
+    model, prompts: torch.Tensor, max_responses: int = MAX_RESPONSES
+) -> torch.Tensor:
+    """log pi(a | s) of every response a, for every prompt s: float[batch, N].
+
+    Columns follow ``all_responses(model.vocab_size, response_length)``. Differentiable
+    in the model's parameters. Assumes positions are decoded independently given the
+    prompt (true for every policy in this package), so log pi(a|s) = sum over pos.
+    """
+    _check_model(model)
+    check_ndim(prompts, 2, "prompts", "batch, pos")
+    check_integer(prompts, "prompts")
+    responses = all_responses(model.vocab_size, _response_length(model, prompts), max_responses)
+    expanded = repeat(responses, "n pos -> batch n pos", batch=prompts.shape[0])
+    per_token = compute_log_probs(prompts, expanded, model)  # [batch, N, pos]
+    return per_token.sum(dim=-1)
+
+
+def response_probs(model, prompts: torch.Tensor, max_responses: int = MAX_RESPONSES):
+    """pi(a | s) of every response: float[batch, N]; each row sums to 1. Differentiable."""
+    return response_log_probs(model, prompts, max_responses).exp()
+
+
+def enumerated_rewards(
+    prompts: torch.Tensor, vocab_size: int, length: int, reward_fn: str | Callable
+) -> torch.Tensor:
+    """R(s, a) for every prompt s and every response a: float32[batch, N]."""
+    check_ndim(prompts, 2, "prompts", "batch, pos")
+    responses = all_responses(vocab_size, length)
+    expanded = repeat(responses, "n pos -> batch n pos", batch=prompts.shape[0])
+    return compute_reward(prompts, expanded, reward_fn)
+
+
+def exact_expected_reward(model, prompts: torch.Tensor, reward_fn: str | Callable) -> torch.Tensor:
+    """E_{a ~ pi(.|s)}[R(s, a)] for every prompt, exactly: float[batch], differentiable.
+
+    ``reward_fn`` is anything ``compute_reward`` accepts (a name or a function).
+    The mean over the batch is the objective E[R] for prompts drawn uniformly from it.
+    """
+    log_probs = response_log_probs(model, prompts)  # [batch, N]
+    rewards = enumerated_rewards(
+        prompts, model.vocab_size, _response_length(model, prompts), reward_fn
+    ).to(log_probs.dtype)
+    return (log_probs.exp() * rewards).sum(dim=-1)
+
+
+def flat_grad(scalar: torch.Tensor, model: nn.Module) -> torch.Tensor:
+    """Gradient of a scalar w.r.t. every parameter of ``model``, flattened: float[num_params].
+
+    Parameters that the scalar does not depend on contribute zeros.
+    """
+    if not isinstance(scalar, torch.Tensor) or scalar.numel() != 1:
+        shape = list(scalar.shape) if isinstance(scalar, torch.Tensor) else type(scalar).__name__
+        raise ValueError(f"flat_grad needs a scalar tensor, got {shape}")
+    params = list(model.parameters())
+    grads = torch.autograd.grad(scalar.reshape(()), params, allow_unused=True)
+    return torch.cat(
+        [(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(grads, params)]
+    )
+
+
+def num_params(model: nn.Module) -> int:
+    """Number of scalar parameters (length of the flat gradient vectors)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def exact_policy_gradient(model, prompts: torch.Tensor, reward_fn: str | Callable):
+    """Exact gradient of the objective mean_s E[R | s]: float[num_params].
+
+    Computed by autograd through the enumerated sum sum_a pi(a|s) R(s, a); no sampling.
+    """
+    return flat_grad(exact_expected_reward(model, prompts, reward_fn).mean(), model)
+
+
+def score_functions(model, prompts: torch.Tensor) -> torch.Tensor:
+    """grad_theta log pi(a | s) for every prompt and every response: float[batch, N, num_params].
+
+    One row per (prompt, response); columns in ``flat_grad`` order. Raises ValueError
+    if the table would exceed ``MAX_SCORE_ELEMENTS`` elements.
+    """
+    _check_model(model)
+    check_ndim(prompts, 2, "prompts", "batch, pos")
+    n = model.vocab_size ** _response_length(model, prompts)
+    size = prompts.shape[0] * n * num_params(model)
+    if size > MAX_SCORE_ELEMENTS:
+        raise ValueError(
+            f"score table would hold batch * N * num_params = {prompts.shape[0]} * {n} * "
+            f"{num_params(model)} = {size} numbers, more than {MAX_SCORE_ELEMENTS}; use "
+            "fewer prompts, a smaller model or a smaller vocabulary"
+        )
+    names = [name for name, _ in model.named_parameters()]
+    params = {name: p.detach() for name, p in model.named_parameters()}
+
+    def log_probs_of(flat_params: dict) -> torch.Tensor:
+        logits = torch.func.functional_call(model, flat_params, (prompts,))
+        return _log_probs_from_logits(logits, model)
+
+    jac = torch.func.jacrev(log_probs_of)(params)  # name -> [batch, N, *param_shape]
+    return torch.cat(
+        [rearrange(jac[name], "batch n ... -> batch n (...)") for name in names], dim=-1
+    )
+
+
+def _log_probs_from_logits(logits: torch.Tensor, model) -> torch.Tensor:
+    """[batch, pos, vocab] logits -> log pi(a|s) of every response, float[batch, N]."""
+    log_softmax = torch.log_softmax(logits, dim=-1)  # [batch, pos, vocab]
+    responses = all_responses(model.vocab_size, logits.shape[1])  # [N, pos]
+    pos_index = torch.arange(logits.shape[1])
+    per_token = log_softmax[:, pos_index[None, :], responses]  # [batch, N, pos]
+    return per_token.sum(dim=-1)
+
+
+def reinforce_gradient_estimate(
+    model,
+    prompts: torch.Tensor,
+    num_samples: int,
+    reward_fn: str | Callable,
+    baseline: str | float | torch.Tensor | None = "none",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Monte Carlo (REINFORCE) estimate of the policy gradient: float[num_params].
+
+    Samples ``num_samples`` (= G) responses per prompt, scores them, and returns
+
+        (1 / (batch * G)) * sum_{s, i} grad log pi(a_i | s) * (R(s, a_i) - b_i)
+
+    which estimates ``exact_policy_gradient(model, prompts, reward_fn)``. ``baseline``:
+
+    * ``"none"`` or ``None``: b = 0 (plain REINFORCE);
+    * ``"value"``: b = V(s) = E[R | s], computed exactly by enumeration;
+    * ``"group_mean"``: b = mean of the G rewards of the prompt (GRPO's centering;
+      the sample itself is in the mean, so the estimate is (G - 1) / G times an
+      unbiased one);
+    * ``"leave_one_out"``: b_i = mean of the other G - 1 rewards (RLOO; unbiased);
+    * a number: one constant b for every prompt;
+    * a tensor float[batch] (one b per prompt) or float[num_params] is not allowed:
+      per-parameter baselines need the score table, see notebook 03.
+    """
+    _check_model(model)
+    check_ndim(prompts, 2, "prompts", "batch, pos")
+    _check_positive_int(num_samples, "num_samples")
+    responses = sample_responses(model, prompts, num_samples, generator=generator)
+    rewards = compute_reward(prompts, responses, reward_fn)  # [batch, trial]
+    batch = prompts.shape[0]
+    if baseline is None or (isinstance(baseline, str) and baseline == "none"):
+        deltas = rewards
+    elif isinstance(baseline, str):
+        if baseline not in BASELINES:
+            raise ValueError(
+                f"unknown baseline {baseline!r}; valid names are: {', '.join(BASELINES)} "
+                "(or pass a number or a float[batch] tensor)"
+            )
+        if baseline == "value":
+            with torch.no_grad():
+                values = exact_expected_reward(model, prompts, reward_fn)  # [batch]
+            deltas = rewards - values[:, None].to(rewards.dtype)
+        elif baseline == "group_mean":
+            deltas = compute_deltas(rewards, "centered_rewards")
+        else:
+            deltas = compute_deltas(rewards, "loo_rewards")
+    elif isinstance(baseline, torch.Tensor):
+        if baseline.shape != (batch,):
+            raise ValueError(
+                f"a tensor baseline must be float[batch] = [{batch}] (one per prompt), "
+                f"got shape {list(baseline.shape)}"
+            )
+        check_finite(baseline, "baseline")
+        deltas = rewards - baseline[:, None].to(rewards.dtype)
+    elif isinstance(baseline, (int, float)) and not isinstance(baseline, bool):
+        deltas = rewards - float(baseline)
+        check_finite(deltas, "rewards - baseline")
+    else:
+        raise TypeError(
+            f"baseline must be one of {BASELINES}, a number or a float[batch] tensor, "
+            f"got {type(baseline).__name__}"
+        )
+    log_probs = compute_log_probs(prompts, responses, model).sum(dim=-1)  # [batch, trial]
+    surrogate = (log_probs * deltas.detach().to(log_probs.dtype)).mean()
+    return flat_grad(surrogate, model)
