@@ -54,12 +54,22 @@ def setup(requirement_files: list[str]) -> None:
     stamp.touch()
 
 
-def lab() -> None:
-    setup(LAB_REQUIREMENTS)
-    cmd = [BIN / "jupyter", "lab", "--ip=127.0.0.1", f"--ServerApp.root_dir={ROOT / 'notebooks'}"]
+def lab_command(*extra: str) -> list[str]:
+    """JupyterLab on notebooks/, bound to 127.0.0.1, token auth on (never disabled)."""
+    cmd = [
+        str(BIN / "jupyter"),
+        "lab",
+        "--ip=127.0.0.1",
+        f"--ServerApp.root_dir={ROOT / 'notebooks'}",
+    ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")  # JupyterLab refuses root otherwise; token auth stays on
-    run(*cmd, *sys.argv[2:])
+    return cmd + list(extra)
+
+
+def lab() -> None:
+    setup(LAB_REQUIREMENTS)
+    run(*lab_command(*sys.argv[2:]))
 
 
 def test() -> None:
