@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 import torch
-from einops import einsum
+from einops import einsum, rearrange, repeat
 from torch import nn
 
 from ._validate import check_integer, check_ndim, check_token_range
@@ -85,3 +85,105 @@ class LectureModel(nn.Module):
 
 #: The name the lecture uses.
 Model = LectureModel
+
+
+# --------------------------------------------------------------------------------------
+# A policy that can sort
+# --------------------------------------------------------------------------------------
+
+
+class _Block(nn.Module):
+    """Pre-norm transformer block: x + attention(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, d_model: int, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.attention_norm = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.attention_out = nn.Linear(d_model, d_model)
+        self.mlp_norm = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x float[batch, seq, d_model] -> same shape; every slot attends to every slot."""
+        q, k, v = rearrange(
+            self.qkv(self.attention_norm(x)),
+            "batch seq (three head d_head) -> three batch head seq d_head",
+            three=3,
+            head=self.num_heads,
+        )
+        scores = einsum(q, k, "batch head q d, batch head k d -> batch head q k")
+        weights = torch.softmax(scores / math.sqrt(q.shape[-1]), dim=-1)
+        mixed = einsum(weights, v, "batch head q k, batch head k d -> batch head q d")
+        x = x + self.attention_out(rearrange(mixed, "batch head seq d -> batch seq (head d)"))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class SortTransformer(nn.Module):
+    """A tiny non-autoregressive transformer that can represent sorting.
+
+    prompts int[batch, pos] -> token embeddings            [batch, pos, d_model]
+      ++ one learned query slot per output position        [batch, out_pos, d_model]
+      -> num_layers blocks of full self-attention + MLP over the pos + out_pos slots
+      -> the query slots, unembedded                       [batch, out_pos, vocab]
+
+    Every output position is still sampled independently given the prompt (like
+    ``LectureModel``), so sampling, log-probs and losses are unchanged. Prompt tokens
+    get no position embedding: the sorted list does not depend on the order of the
+    prompt, so the model is built to ignore it (its output is the same for every
+    permutation of a prompt). The query slots are what tell output positions apart.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        prompt_length: int,
+        d_model: int = 64,
+        num_layers: int = 2,
+        num_heads: int = 4,
+        seed: int | None = None,
+    ):
+        super().__init__()
+        for value, name in (
+            (vocab_size, "vocab_size"),
+            (prompt_length, "prompt_length"),
+            (d_model, "d_model"),
+            (num_layers, "num_layers"),
+            (num_heads, "num_heads"),
+        ):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if d_model % num_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+        self.vocab_size = vocab_size
+        self.prompt_length = prompt_length
+        self.response_length = prompt_length
+        self.d_model = d_model
+        with torch.random.fork_rng(enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            self.embedding = nn.Embedding(vocab_size, d_model)
+            self.query_slots = nn.Parameter(torch.randn(prompt_length, d_model))
+            self.blocks = nn.ModuleList(_Block(d_model, num_heads) for _ in range(num_layers))
+            self.final_norm = nn.LayerNorm(d_model)
+            self.unembed = nn.Linear(d_model, vocab_size)
+
+    def forward(self, prompts: torch.Tensor) -> torch.Tensor:
+        """int[batch, pos] -> logits float[batch, out_pos, vocab] (out_pos = pos)."""
+        check_ndim(prompts, 2, "prompts", "batch, pos")
+        check_integer(prompts, "prompts")
+        check_token_range(prompts, self.vocab_size, "prompts")
+        if prompts.shape[1] != self.prompt_length:
+            raise ValueError(
+                f"this model takes prompts of length {self.prompt_length}, got shape "
+                f"{list(prompts.shape)}"
+            )
+        batch = prompts.shape[0]
+        tokens = self.embedding(prompts)  # [batch, pos, d_model]
+        slots = repeat(self.query_slots, "out_pos d -> batch out_pos d", batch=batch)
+        x = torch.cat([tokens, slots], dim=1)  # [batch, pos + out_pos, d_model]
+        for block in self.blocks:
+            x = block(x)
+        return self.unembed(self.final_norm(x[:, self.prompt_length :]))  # [batch, out_pos, vocab]
