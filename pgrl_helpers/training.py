@@ -466,7 +466,10 @@ def _run(config: TrainConfig, callback, model) -> History:
     responses_sampled = 0
 
     def evaluate(epochs_done: int) -> bool:
-        scores = evaluate_greedy(model, heldout, config.reward_fn)
+        try:
+            scores = evaluate_greedy(model, heldout, config.reward_fn)
+        except ValueError as err:
+            raise ValueError(f"held-out evaluation after {epochs_done} epochs: {err}") from err
         train = None
         if config.prompt_source == "lecture":
             train = evaluate_greedy(model, lecture_prompts(), config.reward_fn)["exact_sort"]
@@ -503,7 +506,7 @@ def _run(config: TrainConfig, callback, model) -> History:
         try:
             rewards = compute_reward(prompts, responses, config.reward_fn)  # [batch, trial]
         except ValueError as err:
-            raise NonFiniteError(f"bad rewards at epoch {epoch}, step {step}: {err}") from err
+            raise ValueError(f"rewards at epoch {epoch}, step {step}: {err}") from err
         deltas = compute_deltas(rewards, config.deltas_mode)  # [batch, trial]
         mean_reward = rewards.mean().item()
 
@@ -517,13 +520,16 @@ def _run(config: TrainConfig, callback, model) -> History:
         # 4. several optimizer steps on this one batch
         for inner_step in range(config.num_steps_per_epoch):
             log_probs = compute_log_probs(prompts, responses, model)  # [batch, trial, pos]
+            _check_finite_scalar(log_probs.detach(), "log-probs", epoch, step)
             if config.detach_old_log_probs:
                 ratio_reference = old_log_probs
             else:
-                # The freeze pitfall: the "old" log-probs recomputed with gradients on,
-                # so ratio == 1 and its gradient is exactly 0. (Computing them once per
-                # epoch with gradients would instead crash at the second backward.)
-                ratio_reference = compute_log_probs(prompts, responses, model)
+                # The freeze pitfall: "old" log-probs that still carry gradients and come
+                # from the current policy, so ratio == 1 and its gradient is exactly 0.
+                # (A second forward pass with gradients gives the same values and cancels
+                # up to float rounding, ~1e-9, which Adam would then amplify into noise;
+                # computing them once per epoch with gradients crashes at the 2nd backward.)
+                ratio_reference = log_probs
             loss = compute_loss(
                 log_probs,
                 deltas,
@@ -563,6 +569,11 @@ def _run(config: TrainConfig, callback, model) -> History:
                 }
             optimizer.step()
             history.append(record)
+            if not all(torch.isfinite(p).all() for p in model.parameters()):
+                raise NonFiniteError(
+                    f"the model's parameters became non-finite in the optimizer step at epoch "
+                    f"{epoch}, step {step}: try a smaller learning_rate"
+                )
             step += 1
 
         bar.set_postfix(mean_reward=f"{mean_reward:.3f}", refresh=False)
