@@ -258,3 +258,81 @@ def reinforce_gradient_estimate(
     log_probs = compute_log_probs(prompts, responses, model).sum(dim=-1)  # [batch, trial]
     surrogate = (log_probs * deltas.detach().to(log_probs.dtype)).mean()
     return flat_grad(surrogate, model)
+
+
+#: Refuse to enumerate more groups than this in ``group_estimate_moments``.
+MAX_GROUPS = 2_000_000
+
+#: Baselines that ``group_estimate_moments`` computes from the group itself (or not at all).
+GROUP_BASELINES: tuple[str, ...] = ("none", "group_mean", "leave_one_out")
+
+
+def group_estimate_moments(
+    probs: torch.Tensor,
+    scores: torch.Tensor,
+    rewards: torch.Tensor,
+    group_size: int,
+    baseline: str | float = "none",
+    max_groups: int = MAX_GROUPS,
+    chunk_size: int = 20_000,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact mean and per-parameter variance of a G-sample gradient estimate, for one prompt.
+
+    Inputs for one prompt s: ``probs`` float[N] = pi(a|s), ``scores`` float[N, P] =
+    grad log pi(a|s), ``rewards`` float[N] (all three from the enumeration helpers).
+    The estimate from G i.i.d. samples a_1..a_G is
+
+        g_hat = (1/G) sum_i scores[a_i] * (rewards[a_i] - b_i)
+
+    with b_i = 0 (``"none"``), a number, the group mean of the G rewards
+    (``"group_mean"``, GRPO) or the mean of the other G - 1 (``"leave_one_out"``, RLOO).
+    Every one of the N**G ordered groups is enumerated (in chunks), so the returned
+    (mean float64[P], variance float64[P]) are exact up to float64 rounding.
+    Raises ValueError if N**G > ``max_groups``.
+    """
+    check_ndim(probs, 1, "probs", "N")
+    check_ndim(scores, 2, "scores", "N, num_params")
+    check_ndim(rewards, 1, "rewards", "N")
+    if not (probs.shape[0] == scores.shape[0] == rewards.shape[0]):
+        raise ValueError(
+            f"probs, scores and rewards must share N: got {list(probs.shape)}, "
+            f"{list(scores.shape)}, {list(rewards.shape)}"
+        )
+    _check_positive_int(group_size, "group_size")
+    _check_positive_int(chunk_size, "chunk_size")
+    if isinstance(baseline, str):
+        if baseline not in GROUP_BASELINES:
+            raise ValueError(
+                f"unknown baseline {baseline!r}; valid names are: {', '.join(GROUP_BASELINES)} "
+                "(or pass a number)"
+            )
+        if baseline in ("group_mean", "leave_one_out") and group_size < 2:
+            raise ValueError(f"baseline {baseline!r} needs group_size >= 2, got {group_size}")
+    elif isinstance(baseline, bool) or not isinstance(baseline, (int, float)):
+        raise TypeError(f"baseline must be a name or a number, got {type(baseline).__name__}")
+    num = probs.shape[0]
+    if num**group_size > max_groups:
+        raise ValueError(
+            f"enumerating every group needs N ** G = {num}**{group_size} = {num**group_size} "
+            f"groups, more than max_groups={max_groups}; use a smaller group or policy"
+        )
+    probs, scores, rewards = probs.double(), scores.double(), rewards.double()
+    groups = all_responses(num, group_size, max_responses=max_groups)  # [N**G, G] indices
+    total = torch.zeros(scores.shape[1], dtype=torch.float64)
+    total_sq = torch.zeros_like(total)
+    for start in range(0, groups.shape[0], chunk_size):
+        index = groups[start : start + chunk_size]  # [chunk, G]
+        weight = probs[index].prod(dim=-1)  # [chunk]
+        group_rewards = rewards[index]  # [chunk, G]
+        if baseline == "none":
+            deltas = group_rewards
+        elif baseline == "group_mean":
+            deltas = compute_deltas(group_rewards, "centered_rewards")
+        elif baseline == "leave_one_out":
+            deltas = compute_deltas(group_rewards, "loo_rewards")
+        else:
+            deltas = group_rewards - float(baseline)
+        estimate = (scores[index] * deltas[..., None]).mean(dim=1)  # [chunk, P]
+        total += weight @ estimate
+        total_sq += weight @ estimate**2
+    return total, (total_sq - total**2).clamp_min(0)

@@ -155,3 +155,35 @@ def test_bad_inputs_raise(setup):
         response_probs(LectureModel(20, 2, 3, 5, seed=0), prompts)
     with pytest.raises(ValueError, match="score table"):
         score_functions(LectureModel(9, 32, 3, 5, seed=0), prompts)
+
+
+def test_group_estimate_moments_exact_bias_and_variance(setup):
+    from pgrl_helpers.exact import group_estimate_moments
+
+    model, prompts = setup
+    prompt = prompts[:1]
+    probs = response_probs(model, prompt).detach()[0]
+    scores = score_functions(model, prompt)[0]
+    rewards = enumerated_rewards(prompt, 3, 3, REWARD)[0].double()
+    exact = exact_policy_gradient(model, prompt, REWARD)
+    group = 3
+    mean_none, var_none = group_estimate_moments(probs, scores, rewards, group, "none")
+    single = scores * rewards[:, None]
+    single_var = probs @ single**2 - (probs @ single) ** 2
+    torch.testing.assert_close(mean_none, exact)
+    torch.testing.assert_close(var_none, single_var / group)  # i.i.d. average: variance / G
+    mean_loo, var_loo = group_estimate_moments(probs, scores, rewards, group, "leave_one_out")
+    mean_grpo, var_grpo = group_estimate_moments(probs, scores, rewards, group, "group_mean")
+    torch.testing.assert_close(mean_loo, exact)  # RLOO is unbiased
+    torch.testing.assert_close(mean_grpo, exact * (group - 1) / group)  # GRPO's mean: (G-1)/G
+    torch.testing.assert_close(var_grpo, var_loo * ((group - 1) / group) ** 2)
+    mean_const, _ = group_estimate_moments(probs, scores, rewards, group, 5.0)
+    torch.testing.assert_close(mean_const, exact)  # a constant baseline adds no bias
+    with pytest.raises(ValueError, match="more than max_groups"):
+        group_estimate_moments(probs, scores, rewards, 6)
+    with pytest.raises(ValueError, match="share N"):
+        group_estimate_moments(probs[:5], scores, rewards, 2)
+    with pytest.raises(ValueError, match="valid names are: none, group_mean"):
+        group_estimate_moments(probs, scores, rewards, 2, "value")
+    with pytest.raises(TypeError, match="name or a number"):
+        group_estimate_moments(probs, scores, rewards, 2, None)
