@@ -215,6 +215,8 @@ def grpo_config_kwargs(config: Any, loss_type: str = DEFAULT_LOSS_TYPE, **overri
     ``model`` / ``embedding_dim`` (TRL needs a causal LM: ``build_tiny_gpt2``),
     ``prompt_source`` / ``vocab_size`` (the dataset: ``make_sort_dataset``), ``eval_every``.
     """
+    if hasattr(config, "validate"):
+        config.validate()  # a TrainConfig checks its own fields first
     missing = [name for name in _MAPPED_FIELDS if _get(config, name) is None]
     if missing:
         raise ValueError(f"config lacks the field(s) {', '.join(missing)}")
@@ -264,7 +266,7 @@ def grpo_config_kwargs(config: Any, loss_type: str = DEFAULT_LOSS_TYPE, **overri
         "top_p": 1.0,
         "top_k": 0,
         "bf16": False,
-        "gradient_checkpointing": False,
+        "activation_checkpointing": False,  # TRL turns it on by default
         "disable_dropout": True,
     }
     kwargs.update(overrides)
@@ -343,7 +345,7 @@ def parse_numbers(text: str, length: int, vocab_size: int) -> list[int] | None:
     out-of-range numbers) gives None.
     """
     words = str(text).split()
-    if len(words) != length or not all(w.isdecimal() for w in words):
+    if len(words) != length or not all(w.isascii() and w.isdigit() for w in words):
         return None
     numbers = [int(w) for w in words]
     if any(n >= vocab_size for n in numbers):
@@ -354,7 +356,7 @@ def parse_numbers(text: str, length: int, vocab_size: int) -> list[int] | None:
 def parse_prompt(text: str) -> list[int]:
     """'3 1 4 :' -> [3, 1, 4] (the words before the separator); ValueError if malformed."""
     head = str(text).split(SEP_TOKEN)[0].split()
-    if not head or not all(w.isdecimal() for w in head):
+    if not head or not all(w.isascii() and w.isdigit() for w in head):
         raise ValueError(f"not a sort prompt like '3 1 4 :': {text!r}")
     return [int(w) for w in head]
 
