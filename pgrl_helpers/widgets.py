@@ -1,0 +1,438 @@
+"""A training dashboard for JupyterLab, built on plain functions.
+
+* ``summarize_history(history)`` and ``format_runs_table(histories)``: one row per run
+  (final mean reward, held-out exact-sort, ...), as a dict and as plain text;
+* ``plot_histories(histories, axes=None)``: mean reward, held-out exact-sort and loss
+  against the optimizer step, one line per run (earlier runs thin, the last one bold);
+* ``make_dashboard(...)``: ipywidgets controls for the ``TrainConfig`` fields that matter,
+  a Train and a Stop button, a progress bar and the live plot. It trains by calling
+  ``training.run_policy_gradient`` with a callback (there is no second training loop):
+  the callback moves the progress bar, redraws the plot and returns "stop" when the
+  Stop button was pressed.
+
+A notebook can call the plain functions without any widget, which is how the same
+comparison is checked deterministically; tests drive the dashboard's widgets (they are
+attributes) with ``synchronous=True`` so a click trains in the calling thread.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import html
+import io
+import threading
+from collections.abc import Sequence
+
+import ipywidgets as widgets
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .advantages import DELTA_MODES
+from .losses import LOSS_MODES
+from .sort_task import REWARD_FNS
+from .training import MODEL_NAMES, PROMPT_SOURCES, History, TrainConfig, run_policy_gradient
+
+#: Settings the dashboard applies per model choice (the transformer needs a wider model).
+MODEL_DEFAULTS: dict[str, dict] = {
+    "lecture": {"embedding_dim": 10},
+    "transformer": {"embedding_dim": 32, "num_layers": 2, "num_heads": 4},
+}
+
+#: The three panels of ``plot_histories``: (metric, record kind, y label).
+PANELS: tuple[tuple[str, str, str], ...] = (
+    ("mean_reward", "step", "mean reward of sampled responses"),
+    ("heldout_exact_sort", "eval", "held-out exact-sort (greedy)"),
+    ("loss", "step", "loss (moving dataset!)"),
+)
+
+
+# --------------------------------------------------------------------------------------
+# Plain functions: usable without any widget
+# --------------------------------------------------------------------------------------
+
+
+def run_label(config: TrainConfig) -> str:
+    """Short description of a run: 'centered_rewards/clipped/lecture G=10 lr=0.001 seed=0'."""
+    label = (
+        f"{config.deltas_mode}/{config.loss_mode}/{config.model} "
+        f"G={config.num_responses} lr={config.learning_rate:g} seed={config.seed}"
+    )
+    if config.kl_penalty:
+        label += f" kl={config.kl_penalty:g}"
+    return label
+
+
+def _check_history(history) -> None:
+    if not isinstance(history, list) or not hasattr(history, "config"):
+        raise TypeError(
+            f"expected a History returned by run_policy_gradient, got {type(history).__name__}"
+        )
+
+
+def summarize_history(history: History) -> dict:
+    """One run in numbers: the last epoch's mean reward, the last held-out evaluation, ...
+
+    Returns {'run', 'epochs', 'steps', 'final_mean_reward', 'heldout_exact_sort',
+    'train_exact_sort', 'stop_reason'}; values are None where the run has no record.
+    """
+    _check_history(history)
+    steps = [r for r in history if r["kind"] == "step"]
+    evals = [r for r in history if r["kind"] == "eval"]
+    return {
+        "run": run_label(history.config),
+        "epochs": evals[-1]["epoch"] if evals else 0,
+        "steps": len(steps),
+        "final_mean_reward": steps[-1]["mean_reward"] if steps else None,
+        "heldout_exact_sort": evals[-1]["heldout_exact_sort"] if evals else None,
+        "train_exact_sort": evals[-1]["train_exact_sort"] if evals else None,
+        "stop_reason": history.stop_reason,
+    }
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def format_runs_table(histories: Sequence[History]) -> str:
+    """Plain-text table, one line per run (as ``summarize_history`` measures it)."""
+    rows = [summarize_history(h) for h in histories]
+    width = max([len("run")] + [len(r["run"]) for r in rows])
+    lines = [
+        f"{'run':<{width}} {'epochs':>6} {'mean reward':>11} {'held-out sort':>13} "
+        f"{'train sort':>10}"
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['run']:<{width}} {r['epochs']:>6} {_fmt(r['final_mean_reward'], '.2f'):>11} "
+            f"{_fmt(r['heldout_exact_sort'], '.1%'):>13} {_fmt(r['train_exact_sort'], '.0%'):>10}"
+        )
+    return "\n".join(lines)
+
+
+def _series(history: History, metric: str, kind: str) -> tuple[list[int], list[float]]:
+    records = [r for r in history if r["kind"] == kind and r.get(metric) is not None]
+    if kind == "step" and metric == "mean_reward":
+        records = [r for r in records if r["inner_step"] == 0]  # one value per epoch
+    return [r["step"] for r in records], [r[metric] for r in records]
+
+
+def plot_histories(histories: Sequence[History], axes=None, labels: Sequence[str] | None = None):
+    """Plot mean reward, held-out exact-sort and loss vs optimizer step for several runs.
+
+    ``axes``: three matplotlib axes to draw into (e.g. from ``plt.subplots(1, 3)``); if
+    None a new ``matplotlib.figure.Figure`` (not registered with pyplot) is created.
+    Earlier runs are drawn thin, the last run bold. Returns the figure.
+    """
+    for h in histories:
+        _check_history(h)
+    if labels is not None and len(labels) != len(histories):
+        raise ValueError(f"got {len(labels)} labels for {len(histories)} histories")
+    if axes is None:
+        fig = Figure(figsize=(12, 3.4), dpi=80)
+        axes = fig.subplots(1, len(PANELS))
+    if len(axes) != len(PANELS):
+        raise ValueError(f"plot_histories needs {len(PANELS)} axes, got {len(axes)}")
+    fig = axes[0].figure
+    for k, history in enumerate(histories):
+        last = k == len(histories) - 1
+        label = labels[k] if labels is not None else f"run {k + 1}: {run_label(history.config)}"
+        for ax, (metric, kind, _) in zip(axes, PANELS):
+            xs, ys = _series(history, metric, kind)
+            ax.plot(
+                xs,
+                ys,
+                marker="o" if kind == "eval" else None,
+                markersize=3,
+                linewidth=2.2 if last else 1.0,
+                alpha=1.0 if last else 0.55,
+                label=label,
+            )
+    for ax, (_, _, ylabel) in zip(axes, PANELS):
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[0].set_title("Mean reward (watch this)")
+    axes[1].set_title("Held-out exact-sort")
+    axes[1].set_ylim(-0.03, 1.03)
+    axes[2].set_title("Loss (don't trust it)")
+    if histories:
+        axes[0].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def figure_png(fig) -> bytes:
+    """Render a matplotlib figure to PNG bytes with the Agg canvas (thread-safe, no pyplot)."""
+    buffer = io.BytesIO()
+    FigureCanvasAgg(fig).print_png(buffer)
+    return buffer.getvalue()
+
+
+# --------------------------------------------------------------------------------------
+# The dashboard
+# --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class DashboardRun:
+    """One run started from the dashboard: the exact config and its history."""
+
+    config: TrainConfig
+    history: History | None = None
+    error: str | None = None
+
+
+class TrainingDashboard(widgets.VBox):
+    """The dashboard layout (a VBox) whose controls are attributes; see ``make_dashboard``.
+
+    Controls: ``deltas_mode``, ``loss_mode``, ``model``, ``prompt_source``, ``reward_fn``
+    (dropdowns); ``kl_penalty``, ``epsilon``, ``num_responses`` (G), ``learning_rate``,
+    ``num_epochs``, ``num_steps_per_epoch`` (sliders); ``seed`` (int box); buttons
+    ``train_button``, ``stop_button``, ``clear_button``; output: ``progress``
+    (IntProgress), ``message`` (HTML; errors and status), ``plot`` (Output holding the
+    PNG), ``table`` (HTML summary of every run). ``runs`` lists a ``DashboardRun`` per
+    click on Train, in order.
+    """
+
+    def __init__(
+        self,
+        base_config: TrainConfig | None = None,
+        synchronous: bool = False,
+        redraw_every: int | None = None,
+    ):
+        base = dataclasses.replace(base_config) if base_config else TrainConfig(num_epochs=30)
+        self.base_config = base
+        self.synchronous = synchronous
+        self.redraw_every = redraw_every
+        self.runs: list[DashboardRun] = []
+        self.redraw_count = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+        style = {"description_width": "110px"}
+        wide = widgets.Layout(width="330px")
+        self.deltas_mode = widgets.Dropdown(
+            options=DELTA_MODES, value=base.deltas_mode, description="delta mode", style=style
+        )
+        self.loss_mode = widgets.Dropdown(
+            options=LOSS_MODES, value=base.loss_mode, description="loss mode", style=style
+        )
+        self.model = widgets.Dropdown(
+            options=MODEL_NAMES, value=base.model, description="model", style=style
+        )
+        self.prompt_source = widgets.Dropdown(
+            options=PROMPT_SOURCES, value=base.prompt_source, description="prompts", style=style
+        )
+        reward_names = tuple(REWARD_FNS)
+        self.reward_fn = widgets.Dropdown(
+            options=reward_names,
+            value=base.reward_fn if base.reward_fn in reward_names else reward_names[0],
+            description="reward",
+            style=style,
+            layout=wide,
+        )
+        self.kl_penalty = widgets.FloatSlider(
+            value=base.kl_penalty, min=0.0, max=1.0, step=0.01, description="KL penalty β",
+            style=style, layout=wide,
+        )  # fmt: skip
+        self.epsilon = widgets.FloatSlider(
+            value=base.epsilon, min=0.01, max=0.5, step=0.01, description="clip ε",
+            style=style, layout=wide,
+        )  # fmt: skip
+        self.num_responses = widgets.IntSlider(
+            value=base.num_responses, min=1, max=64, description="G (group)",
+            style=style, layout=wide,
+        )  # fmt: skip
+        self.learning_rate = widgets.FloatLogSlider(
+            value=base.learning_rate, base=10, min=-4, max=-1, step=0.1,
+            description="learning rate", readout_format=".1e", style=style, layout=wide,
+        )  # fmt: skip
+        self.num_epochs = widgets.IntSlider(
+            value=base.num_epochs, min=1, max=500, description="epochs",
+            style=style, layout=wide,
+        )  # fmt: skip
+        self.num_steps_per_epoch = widgets.IntSlider(
+            value=base.num_steps_per_epoch, min=1, max=20, description="steps/epoch",
+            style=style, layout=wide,
+        )  # fmt: skip
+        self.seed = widgets.BoundedIntText(
+            value=base.seed, min=0, max=2**31 - 1, description="seed", style=style
+        )
+        self.train_button = widgets.Button(description="Train", button_style="success")
+        self.stop_button = widgets.Button(description="Stop", button_style="danger", disabled=True)
+        self.clear_button = widgets.Button(description="Clear history")
+        self.progress = widgets.IntProgress(value=0, min=0, max=base.num_epochs, description="")
+        self.message = widgets.HTML(value="Set the options and press <b>Train</b>.")
+        self.plot = widgets.Output(layout=widgets.Layout(min_height="300px"))
+        self.table = widgets.HTML()
+
+        self.train_button.on_click(lambda _: self.train())
+        self.stop_button.on_click(lambda _: self.stop())
+        self.clear_button.on_click(lambda _: self.clear())
+
+        controls = widgets.HBox(
+            [
+                widgets.VBox([self.deltas_mode, self.loss_mode, self.model, self.prompt_source]),
+                widgets.VBox([self.reward_fn, self.kl_penalty, self.epsilon, self.num_responses]),
+                widgets.VBox(
+                    [self.learning_rate, self.num_epochs, self.num_steps_per_epoch, self.seed]
+                ),
+            ]
+        )
+        buttons = widgets.HBox(
+            [self.train_button, self.stop_button, self.clear_button, self.progress]
+        )
+        super().__init__([controls, buttons, self.message, self.plot, self.table])
+
+    # ---- reading the controls -------------------------------------------------------
+    def config_from_widgets(self) -> TrainConfig:
+        """The TrainConfig the controls describe (base config + model defaults + controls)."""
+        settings = dict(MODEL_DEFAULTS.get(self.model.value, {}))
+        settings.update(
+            deltas_mode=self.deltas_mode.value,
+            loss_mode=self.loss_mode.value,
+            model=self.model.value,
+            prompt_source=self.prompt_source.value,
+            reward_fn=self.reward_fn.value,
+            kl_penalty=float(self.kl_penalty.value),
+            epsilon=float(self.epsilon.value),
+            num_responses=int(self.num_responses.value),
+            learning_rate=float(self.learning_rate.value),
+            num_epochs=int(self.num_epochs.value),
+            num_steps_per_epoch=int(self.num_steps_per_epoch.value),
+            seed=int(self.seed.value),
+            eval_every=max(1, int(self.num_epochs.value) // 20),
+            progress=False,
+        )
+        return dataclasses.replace(self.base_config, **settings)
+
+    @property
+    def histories(self) -> list[History]:
+        """Histories of the finished (or stopped) runs, oldest first."""
+        return [run.history for run in self.runs if run.history is not None]
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    # ---- actions ----------------------------------------------------------------------
+    def train(self) -> DashboardRun | None:
+        """Start a run with the current settings; invalid settings show a message instead."""
+        if self.running:
+            self._say("A run is already in progress: press Stop first.", error=True)
+            return None
+        config = self.config_from_widgets()
+        try:
+            config.validate()
+        except (ValueError, TypeError) as err:
+            self._say(f"Cannot train with these settings: {err}", error=True)
+            return None
+        run = DashboardRun(config=config)
+        self.runs.append(run)
+        self._stop.clear()
+        self.progress.max = config.num_epochs
+        self.progress.value = 0
+        self.train_button.disabled = True
+        self.stop_button.disabled = False
+        self._say(f"Training run {len(self.runs)}: {html.escape(run_label(config))} ...")
+        if self.synchronous:
+            self._run(run)
+        else:
+            self._thread = threading.Thread(target=self._run, args=(run,), daemon=True)
+            self._thread.start()
+        return run
+
+    def stop(self) -> None:
+        """Ask the running training to stop after the current epoch."""
+        self._stop.set()
+        if self.running:
+            self._say("Stopping after this epoch ...")
+
+    def clear(self) -> None:
+        """Forget earlier runs (the plot and the table start empty)."""
+        if self.running:
+            self._say("Stop the run before clearing the history.", error=True)
+            return
+        self.runs.clear()
+        self.plot.outputs = ()
+        self.table.value = ""
+        self.progress.value = 0
+        self._say("History cleared.")
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until a background run has finished (for scripts and tests)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # ---- internals --------------------------------------------------------------------
+    def _say(self, text: str, error: bool = False) -> None:
+        color = "#b00020" if error else "inherit"
+        self.message.value = f'<span style="color:{color}">{text}</span>'
+
+    def _run(self, run: DashboardRun) -> None:
+        every = self.redraw_every or max(1, run.config.num_epochs // 10)
+
+        def callback(epoch: int, history: History):
+            run.history = history
+            self.progress.value = epoch + 1
+            if (epoch + 1) % every == 0:
+                self._redraw()
+            return "stop" if self._stop.is_set() else None
+
+        try:
+            run.history = run_policy_gradient(run.config, callback=callback)
+        except Exception as err:  # shown in the widget; a traceback would be lost in a thread
+            run.error = f"{type(err).__name__}: {err}"
+            self._say(f"Training failed: {html.escape(run.error)}", error=True)
+        else:
+            summary = summarize_history(run.history)
+            stopped = " (stopped)" if run.history.stop_reason == "callback" else ""
+            self._say(
+                f"Run {len(self.runs)} done{stopped}: mean reward "
+                f"{_fmt(summary['final_mean_reward'], '.2f')}, held-out exact-sort "
+                f"{_fmt(summary['heldout_exact_sort'], '.1%')}."
+            )
+        finally:
+            self._redraw()
+            self.table.value = "<pre>" + html.escape(format_runs_table(self.histories)) + "</pre>"
+            self.train_button.disabled = False
+            self.stop_button.disabled = True
+
+    def _redraw(self) -> None:
+        histories = self.histories
+        if not histories:
+            return
+        png = figure_png(plot_histories(histories))
+        # Set the Output's outputs directly: works from a background thread, no capture.
+        self.plot.outputs = (
+            {
+                "output_type": "display_data",
+                "data": {
+                    "image/png": base64.b64encode(png).decode("ascii"),
+                    "text/plain": f"<training plot: {len(histories)} run(s)>",
+                },
+                "metadata": {},
+            },
+        )
+        self.redraw_count += 1
+
+
+def make_dashboard(
+    base_config: TrainConfig | None = None,
+    synchronous: bool = False,
+    redraw_every: int | None = None,
+) -> TrainingDashboard:
+    """Build the training dashboard: an ipywidgets VBox to display in a notebook cell.
+
+    ``base_config`` supplies every field without a control (default: the lecture's
+    setup with 30 epochs); the controls start at its values. ``synchronous=True`` trains
+    in the calling thread (tests); by default a click on Train starts a background
+    thread so that Stop and the rest of the notebook stay responsive. ``redraw_every``:
+    epochs between plot updates (default: a tenth of the run).
+    """
+    if base_config is not None and not isinstance(base_config, TrainConfig):
+        raise TypeError(f"base_config must be a TrainConfig, got {type(base_config).__name__}")
+    if redraw_every is not None and (not isinstance(redraw_every, int) or redraw_every < 1):
+        raise ValueError(f"redraw_every must be a positive int or None, got {redraw_every!r}")
+    return TrainingDashboard(base_config, synchronous=synchronous, redraw_every=redraw_every)

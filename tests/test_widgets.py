@@ -1,0 +1,152 @@
+"""The training dashboard (pgrl_helpers.widgets), driven through its widget objects."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import ipywidgets
+import pytest
+
+from pgrl_helpers.training import TrainConfig, run_policy_gradient
+from pgrl_helpers.widgets import (
+    TrainingDashboard,
+    format_runs_table,
+    make_dashboard,
+    plot_histories,
+    summarize_history,
+)
+
+#: Tiny runs: a couple of epochs of the lecture setup take well under a second.
+TINY = TrainConfig(num_epochs=2, num_steps_per_epoch=2, eval_every=1)
+
+
+def tiny_dashboard(**kwargs) -> TrainingDashboard:
+    kwargs.setdefault("redraw_every", 1000)  # draw once at the end: keeps tests fast
+    return make_dashboard(base_config=TINY, synchronous=True, **kwargs)
+
+
+def test_dashboard_is_a_layout_of_live_controls():
+    dash = tiny_dashboard()
+    assert isinstance(dash, ipywidgets.VBox)
+    assert isinstance(dash.deltas_mode, ipywidgets.Dropdown)
+    assert isinstance(dash.loss_mode, ipywidgets.Dropdown)
+    assert isinstance(dash.model, ipywidgets.Dropdown)
+    assert isinstance(dash.progress, ipywidgets.IntProgress)
+    assert isinstance(dash.plot, ipywidgets.Output)
+    for button in (dash.train_button, dash.stop_button):
+        assert isinstance(button, ipywidgets.Button)
+    assert dash.stop_button.disabled, "Stop is only enabled while a run is in progress"
+    # the controls start at the base config's values
+    assert dash.config_from_widgets() == dataclasses.replace(TINY, eval_every=1, progress=False)
+
+
+def test_train_uses_exactly_the_widget_settings_and_updates_plot_and_history():
+    dash = tiny_dashboard()
+    dash.deltas_mode.value = "max_rewards"
+    dash.loss_mode.value = "clipped"
+    dash.kl_penalty.value = 0.1
+    dash.epsilon.value = 0.3
+    dash.num_responses.value = 4
+    dash.learning_rate.value = 0.01
+    dash.num_epochs.value = 3
+    dash.num_steps_per_epoch.value = 1
+    dash.seed.value = 7
+    dash.train_button.click()
+
+    assert len(dash.runs) == 1 and dash.runs[0].error is None
+    config = dash.runs[0].config
+    history = dash.runs[0].history
+    assert history.config is config, "the recorded config is the one the run used"
+    expected = dict(deltas_mode="max_rewards", loss_mode="clipped", kl_penalty=0.1, epsilon=0.3)
+    expected.update(num_responses=4, num_epochs=3, num_steps_per_epoch=1, seed=7, model="lecture")
+    for name, value in expected.items():
+        assert getattr(config, name) == pytest.approx(value), name
+    assert config.learning_rate == pytest.approx(0.01, rel=1e-6)
+    # the run really used them: 3 epochs x 1 step, KL recorded, G=4 responses per prompt
+    steps = history.steps()
+    assert len(steps) == 3 and all(s["kl"] is not None for s in steps)
+    assert history.evals()[-1]["responses_sampled"] == 3 * 3 * 4
+    # progress bar full, plot drawn (one PNG), table lists the run
+    assert dash.progress.value == dash.progress.max == 3
+    assert dash.redraw_count >= 1
+    assert len(dash.plot.outputs) == 1 and "image/png" in dash.plot.outputs[0]["data"]
+    assert "max_rewards/clipped/lecture" in dash.table.value
+    assert "done" in dash.message.value
+
+
+def test_run_history_overlays_earlier_runs():
+    dash = tiny_dashboard()
+    dash.train_button.click()
+    dash.deltas_mode.value = "rewards"
+    dash.train_button.click()
+    assert [r.config.deltas_mode for r in dash.runs] == ["centered_rewards", "rewards"]
+    assert len(dash.histories) == 2
+    assert "<training plot: 2 run(s)>" in dash.plot.outputs[0]["data"]["text/plain"]
+    dash.clear_button.click()
+    assert dash.runs == [] and dash.plot.outputs == ()
+
+
+@pytest.mark.parametrize(
+    "setting, value, words",
+    [
+        ("num_responses", 1, "needs num_responses (G) >= 2"),
+        ("epsilon", 0.5, None),  # valid: a control to show that only bad settings complain
+    ],
+)
+def test_invalid_combination_shows_a_message_not_a_traceback(setting, value, words):
+    dash = tiny_dashboard()
+    dash.deltas_mode.value = "normalized_rewards"
+    getattr(dash, setting).__setattr__("value", value)
+    dash.train_button.click()  # must not raise
+    if words is None:
+        assert len(dash.runs) == 1 and "done" in dash.message.value
+    else:
+        assert dash.runs == [], "no run starts with invalid settings"
+        assert words in dash.message.value and "Cannot train" in dash.message.value
+        assert "b00020" in dash.message.value  # shown in red
+
+
+def test_transformer_with_lecture_model_defaults_is_valid():
+    dash = tiny_dashboard()
+    dash.model.value = "transformer"
+    config = dash.config_from_widgets()
+    config.validate()
+    assert config.embedding_dim % config.num_heads == 0
+
+
+def test_stop_button_ends_a_background_run_early():
+    dash = make_dashboard(base_config=dataclasses.replace(TINY, num_epochs=400))
+    dash.num_epochs.value = 400
+    stop_at = {}
+
+    def press_stop_once(change):  # press Stop from inside the run, at the 2nd epoch
+        if change["new"] == 2 and not stop_at:
+            stop_at["epoch"] = change["new"]
+            dash.stop_button.click()
+
+    dash.progress.observe(press_stop_once, names="value")
+    dash.train_button.click()
+    dash.wait(timeout=60)
+    assert not dash.running
+    history = dash.runs[0].history
+    assert history.stop_reason == "callback"
+    assert history.steps()[-1]["epoch"] < 399
+    assert "stopped" in dash.message.value and not dash.train_button.disabled
+
+
+def test_plain_functions_match_the_dashboard():
+    history = run_policy_gradient(TINY)
+    row = summarize_history(history)
+    assert row["epochs"] == 2 and row["steps"] == 4
+    assert row["final_mean_reward"] == history.steps()[-1]["mean_reward"]
+    table = format_runs_table([history])
+    assert "centered_rewards/naive/lecture" in table
+    fig = plot_histories([history, history])
+    assert len(fig.axes) == 3
+    assert len(fig.axes[0].lines) == 2  # one line per run
+    with pytest.raises(TypeError, match="History"):
+        summarize_history([{"kind": "step"}])
+    with pytest.raises(ValueError, match="labels"):
+        plot_histories([history], labels=["a", "b"])
+    with pytest.raises(TypeError, match="TrainConfig"):
+        make_dashboard(base_config={"num_epochs": 2})
