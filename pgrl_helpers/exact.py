@@ -214,8 +214,10 @@ def reinforce_gradient_estimate(
       unbiased one);
     * ``"leave_one_out"``: b_i = mean of the other G - 1 rewards (RLOO; unbiased);
     * a number: one constant b for every prompt;
-    * a tensor float[batch] (one b per prompt) or float[num_params] is not allowed:
-      per-parameter baselines need the score table, see notebook 03.
+    * a tensor float[batch]: one b per prompt.
+
+    (Per-parameter baselines such as the variance-optimal b* need the score table,
+    ``score_functions``; notebook 03 computes them.)
     """
     _check_model(model)
     check_ndim(prompts, 2, "prompts", "batch, pos")
