@@ -7,8 +7,10 @@ optional extra (requirements-scale.txt) is not installed.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -283,3 +285,33 @@ def test_trl_advantages_equal_our_deltas(trainer, mode, atol):
     assert rewards.std(dim=-1).gt(0).any(), "need groups whose rewards differ"
     ours = compute_deltas(rewards, mode)
     torch.testing.assert_close(out["advantages"].reshape(B, G), ours, atol=atol, rtol=0)
+
+
+# --------------------------------------------------------------------------------------
+# scale/: the launch configs parse, the script runs a few steps on CPU
+# --------------------------------------------------------------------------------------
+
+SCALE = Path(__file__).resolve().parents[1] / "scale"
+
+
+@pytest.mark.parametrize(
+    "name, kind",
+    [("accelerate_deepspeed_zero2.yaml", "DEEPSPEED"), ("accelerate_fsdp2.yaml", "FSDP")],
+)
+def test_accelerate_configs_load(name, kind):
+    pytest.importorskip("accelerate")
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    loaded = load_config_from_file(str(SCALE / name))
+    assert loaded.distributed_type.value == kind and loaded.num_processes == 8
+
+
+def test_scale_script_smoke_run(tmp_path):
+    pytest.importorskip("trl")
+    spec = importlib.util.spec_from_file_location("train_sort_grpo", SCALE / "train_sort_grpo.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    summary = script.main(["--epochs", "2", "--output-dir", str(tmp_path)])
+    assert summary["steps"] == 2 * 2
+    assert -1.0 <= summary["last_reward"] <= 3.0
+    assert (tmp_path / "init-model" / "config.json").exists()
