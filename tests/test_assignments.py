@@ -5,7 +5,10 @@ of crashing, no solution leaks, and the README's exercise table matches the note
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -236,3 +239,28 @@ def test_readme_table_lists_every_exercise_with_difficulty_and_minutes():
             assert row in readme, f"README row missing or different: {row}"
     for command in ("nbgrader generate_assignment", "nbgrader autograde", "tasks.py assignments"):
         assert command in readme
+
+
+def test_nbgrader_generate_assignment_releases_the_same_student_notebooks(tmp_path):
+    """The full nbgrader flow accepts the instructor notebooks' cell metadata, and its release
+    version has the same cells as the committed student notebooks."""
+    make_assignments()  # skips without nbgrader
+    source = tmp_path / "source" / "pgrl"
+    source.mkdir(parents=True)
+    for path in INSTRUCTOR:
+        (source / path.name).write_bytes(path.read_bytes())
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    nbgrader = [sys.executable, "-m", "nbgrader"]
+    done = subprocess.run(
+        [*nbgrader, "generate_assignment", "pgrl", f"--CourseDirectory.root={tmp_path}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for path in STUDENT:
+        released = load(tmp_path / "release" / "pgrl" / path.name)
+        ours = load(path)
+        assert [c.source for c in released.cells] == [c.source for c in ours.cells], path.name
