@@ -26,7 +26,12 @@ PY = BIN / "python"
 
 #: Requirement files installed for readers (lab) and, in addition, for the test run.
 LAB_REQUIREMENTS = ["requirements.txt"]
-TEST_REQUIREMENTS = ["requirements.txt", "requirements-test.txt", "requirements-scale.txt"]
+TEST_REQUIREMENTS = [
+    "requirements.txt",
+    "requirements-test.txt",
+    "requirements-scale.txt",
+    "requirements-instructor.txt",
+]
 
 
 def run(*cmd: str | Path, **kwargs) -> None:
@@ -75,7 +80,9 @@ def lab() -> None:
 def test() -> None:
     setup(TEST_REQUIREMENTS)
     targets = [
-        p for p in ("pgrl_helpers", "tests", "benchmarks", "tasks.py") if (ROOT / p).exists()
+        p
+        for p in ("pgrl_helpers", "tests", "benchmarks", "assignments", "tasks.py")
+        if (ROOT / p).exists()
     ]
     run(BIN / "ruff", "check", *targets)
     run(BIN / "ruff", "format", "--check", *targets)
