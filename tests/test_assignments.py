@@ -239,6 +239,11 @@ def test_readme_table_lists_every_exercise_with_difficulty_and_minutes():
             assert row in readme, f"README row missing or different: {row}"
     for command in ("nbgrader generate_assignment", "nbgrader autograde", "tasks.py assignments"):
         assert command in readme
+    main_readme = (ASSIGNMENTS.parent / "README.md").read_text(encoding="utf-8")
+    for path in INSTRUCTOR:
+        for number, title, difficulty, minutes in exercises(path):
+            row = f"| {number} | {title} | {difficulty}/5 | {minutes} |"
+            assert row in main_readme, f"main README's instructor table lacks: {row}"
 
 
 def test_nbgrader_generate_assignment_releases_the_same_student_notebooks(tmp_path):
