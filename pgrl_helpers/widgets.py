@@ -157,7 +157,7 @@ def plot_histories(histories: Sequence[History], axes=None, labels: Sequence[str
     axes[1].set_ylim(-0.03, 1.03)
     axes[2].set_title("Loss (don't trust it)")
     if histories:
-        axes[0].legend(fontsize=7, loc="lower right")
+        axes[0].legend(fontsize=7, loc="best")
     fig.tight_layout()
     return fig
 
@@ -226,7 +226,7 @@ class TrainingDashboard(widgets.VBox):
         )
         reward_names = tuple(REWARD_FNS)
         self.reward_fn = widgets.Dropdown(
-            options=reward_names,
+            options=[(n.removeprefix("sort_").removesuffix("_reward"), n) for n in reward_names],
             value=base.reward_fn if base.reward_fn in reward_names else reward_names[0],
             description="reward",
             style=style,
@@ -384,20 +384,22 @@ class TrainingDashboard(widgets.VBox):
             run.history = run_policy_gradient(run.config, callback=callback)
         except Exception as err:  # shown in the widget; a traceback would be lost in a thread
             run.error = f"{type(err).__name__}: {err}"
-            self._say(f"Training failed: {html.escape(run.error)}", error=True)
+            message, error = f"Training failed: {html.escape(run.error)}", True
         else:
             summary = summarize_history(run.history)
             stopped = " (stopped)" if run.history.stop_reason == "callback" else ""
-            self._say(
+            message, error = (
                 f"Run {len(self.runs)} done{stopped}: mean reward "
                 f"{_fmt(summary['final_mean_reward'], '.2f')}, held-out exact-sort "
-                f"{_fmt(summary['heldout_exact_sort'], '.1%')}."
+                f"{_fmt(summary['heldout_exact_sort'], '.1%')}.",
+                False,
             )
         finally:
             self._redraw()
             self.table.value = "<pre>" + html.escape(format_runs_table(self.histories)) + "</pre>"
             self.train_button.disabled = False
             self.stop_button.disabled = True
+        self._say(message, error=error)  # last, so "done" means plot and table are updated
 
     def _redraw(self) -> None:
         histories = self.histories
