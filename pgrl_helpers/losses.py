@@ -8,6 +8,8 @@ the reduction; ``compute_loss`` takes the mean over every token, as the lecture 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ._validate import check_finite, check_mode, check_ndim, check_same_shape
@@ -37,7 +39,7 @@ def compute_ratio(
     return torch.exp((log_probs - old_log_probs).clamp(-max_log_ratio, max_log_ratio))
 
 
-def _check_inputs(log_probs, deltas, mode, old_log_probs, epsilon, check_frozen):
+def _check_inputs(log_probs, deltas, mode, old_log_probs, epsilon, check_frozen, epsilon_high=None):
     check_mode(mode, LOSS_MODES, "loss mode")
     check_ndim(log_probs, 3, "log_probs", "batch, trial, pos")
     check_ndim(deltas, 2, "deltas", "batch, trial")
@@ -60,6 +62,15 @@ def _check_inputs(log_probs, deltas, mode, old_log_probs, epsilon, check_frozen)
             raise ValueError(FREEZE_MESSAGE)
     if mode == "clipped" and not (0 < epsilon < 1):
         raise ValueError(f"epsilon must lie in (0, 1), got {epsilon}")
+    if epsilon_high is not None and (
+        isinstance(epsilon_high, bool)
+        or not isinstance(epsilon_high, (int, float))
+        or not math.isfinite(epsilon_high)
+        or epsilon_high <= 0
+    ):
+        raise ValueError(
+            f"epsilon_high must be a positive finite number or None, got {epsilon_high!r}"
+        )
 
 
 def compute_per_token_loss(
@@ -69,24 +80,30 @@ def compute_per_token_loss(
     old_log_probs: torch.Tensor | None = None,
     epsilon: float = 0.2,
     check_frozen: bool = True,
+    epsilon_high: float | None = None,
 ) -> torch.Tensor:
     """Per-token loss float[batch, trial, pos]; minimise its mean.
 
     * ``naive``:     -log_probs * delta
     * ``unclipped``: -ratio * delta
-    * ``clipped``:   -min(ratio * delta, clip(ratio, 1 - epsilon, 1 + epsilon) * delta)
+    * ``clipped``:   -min(ratio * delta, clip(ratio, 1 - epsilon, 1 + epsilon_high) * delta)
 
     with ratio = exp(log_probs - old_log_probs) (see ``compute_ratio``). All three
     have the same gradient when old_log_probs equal log_probs (detached).
+    ``epsilon_high`` (clip-higher, DAPO) sets the upper clip edge separately; None
+    (the default) means ``epsilon``, the symmetric PPO/GRPO clip. A larger upper edge
+    lets unlikely tokens with positive delta grow further per batch (against entropy
+    collapse); DAPO uses epsilon 0.2, epsilon_high 0.28.
     """
-    _check_inputs(log_probs, deltas, mode, old_log_probs, epsilon, check_frozen)
+    _check_inputs(log_probs, deltas, mode, old_log_probs, epsilon, check_frozen, epsilon_high)
     delta = deltas[:, :, None]  # [batch, trial, 1] broadcasts over pos
     if mode == "naive":
         return -log_probs * delta
     ratio = compute_ratio(log_probs, old_log_probs)
     if mode == "unclipped":
         return -ratio * delta
-    clipped_ratio = ratio.clamp(1 - epsilon, 1 + epsilon)
+    upper = epsilon if epsilon_high is None else epsilon_high
+    clipped_ratio = ratio.clamp(1 - epsilon, 1 + upper)
     return -torch.minimum(ratio * delta, clipped_ratio * delta)
 
 
@@ -97,27 +114,44 @@ def compute_loss(
     old_log_probs: torch.Tensor | None = None,
     epsilon: float = 0.2,
     check_frozen: bool = True,
+    epsilon_high: float | None = None,
 ) -> torch.Tensor:
     """Scalar loss: the mean of ``compute_per_token_loss`` over batch, trial and pos.
 
-    ``epsilon`` defaults to 0.2 (the lecture hard-coded 0.01).
+    ``epsilon`` defaults to 0.2 (the lecture hard-coded 0.01); ``epsilon_high`` is the
+    optional separate upper clip edge (clip-higher). For variable-length responses use
+    ``compute_per_token_loss`` with ``masking.aggregate_loss`` instead of this mean.
     """
     return compute_per_token_loss(
-        log_probs, deltas, mode, old_log_probs, epsilon, check_frozen
+        log_probs, deltas, mode, old_log_probs, epsilon, check_frozen, epsilon_high
     ).mean()
 
 
 def clip_fraction(
-    log_probs: torch.Tensor, old_log_probs: torch.Tensor, deltas: torch.Tensor, epsilon: float = 0.2
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    deltas: torch.Tensor,
+    epsilon: float = 0.2,
+    epsilon_high: float | None = None,
+    mask: torch.Tensor | None = None,
 ) -> float:
     """Fraction of tokens whose clipped term is active (gradient cut off), in [0, 1].
 
-    A token is clipped when delta > 0 and ratio > 1 + epsilon, or delta < 0 and
-    ratio < 1 - epsilon: exactly the tokens where ``clipped`` has zero gradient.
+    A token is clipped when delta > 0 and ratio > 1 + epsilon_high (default epsilon),
+    or delta < 0 and ratio < 1 - epsilon: exactly the tokens where ``clipped`` has zero
+    gradient. ``mask`` (float[batch, trial, pos], optional) restricts the count to real
+    response tokens.
     """
     check_ndim(deltas, 2, "deltas", "batch, trial")
+    upper = epsilon if epsilon_high is None else epsilon_high
     with torch.no_grad():
         ratio = compute_ratio(log_probs, old_log_probs)
         delta = deltas[:, :, None].expand_as(ratio)
-        clipped = ((delta > 0) & (ratio > 1 + epsilon)) | ((delta < 0) & (ratio < 1 - epsilon))
-        return clipped.float().mean().item()
+        clipped = ((delta > 0) & (ratio > 1 + upper)) | ((delta < 0) & (ratio < 1 - epsilon))
+        if mask is None:
+            return clipped.float().mean().item()
+        check_same_shape(log_probs, mask, "log_probs", "mask")
+        selected = mask != 0
+        if not selected.any():
+            raise ValueError("clip_fraction: the mask selects no tokens")
+        return clipped[selected].float().mean().item()

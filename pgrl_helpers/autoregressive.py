@@ -1,0 +1,296 @@
+"""An autoregressive policy: prompt, separator, then one token at a time until EOS.
+
+The toy policies (``LectureModel``, ``SortTransformer``) score every output position
+independently and always answer with exactly ``prompt_length`` tokens. A real language
+model instead reads ``prompt + [SEP]`` and generates token by token, each token
+conditioned on the ones before it, until it emits an end-of-sequence token (EOS) or hits
+a maximum length. Responses then have different lengths, and a batch of them is padded
+to a rectangle; the *response mask* says which slots hold real tokens.
+
+Token ids (``vocab_size`` is the number of task values, 0 .. vocab_size - 1):
+
+* ``0 .. vocab_size - 1``: task tokens (list values);
+* ``eos_token = vocab_size``: end of the response, and also the padding after it;
+* ``sep_token = vocab_size + 1``: separates prompt and response (input only, never
+  generated).
+
+The policy outputs logits over ``vocab_size + 1`` tokens (task tokens and EOS).
+
+Shapes: prompts int[batch, prompt_pos]; responses int64[batch, trial, pos] with
+pos = max_response_length; response mask float[batch, trial, pos] equal to 1 up to
+and including the first EOS and 0 after it (all 1 when a response never emitted EOS
+and was cut at the maximum length).
+
+The functions mirror ``pgrl_helpers.sampling`` (``sample_responses``,
+``greedy_responses``, ``compute_log_probs``, ``token_entropy``) so the training loop can
+swap one module for the other.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from einops import einsum, rearrange, repeat
+from torch import nn
+
+from ._validate import check_integer, check_ndim, check_token_range
+
+
+class _CausalBlock(nn.Module):
+    """Pre-norm transformer block with causal self-attention: slot i sees slots 0 .. i."""
+
+    def __init__(self, d_model: int, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.attention_norm = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.attention_out = nn.Linear(d_model, d_model)
+        self.mlp_norm = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x float[batch, seq, d_model] -> same shape."""
+        q, k, v = rearrange(
+            self.qkv(self.attention_norm(x)),
+            "batch seq (three head d_head) -> three batch head seq d_head",
+            three=3,
+            head=self.num_heads,
+        )
+        seq = x.shape[1]
+        scores = einsum(q, k, "batch head q d, batch head k d -> batch head q k")
+        future = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf")) / math.sqrt(q.shape[-1])
+        weights = torch.softmax(scores, dim=-1)
+        mixed = einsum(weights, v, "batch head q k, batch head k d -> batch head q d")
+        x = x + self.attention_out(rearrange(mixed, "batch head seq d -> batch seq (head d)"))
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class AutoregressiveSortPolicy(nn.Module):
+    """A tiny causal (decoder-only) transformer: ``prompt + [SEP] + response``.
+
+    tokens int[batch, seq] -> token + position embeddings  [batch, seq, d_model]
+      -> num_layers causal blocks -> logits               [batch, seq, vocab_size + 1]
+
+    ``logits[:, i]`` is the distribution of token ``i + 1``. Sequences may be at most
+    ``prompt_length + 1 + max_response_length`` long.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        prompt_length: int,
+        max_response_length: int,
+        d_model: int = 64,
+        num_layers: int = 2,
+        num_heads: int = 4,
+        seed: int | None = None,
+    ):
+        super().__init__()
+        for value, name in (
+            (vocab_size, "vocab_size"),
+            (prompt_length, "prompt_length"),
+            (max_response_length, "max_response_length"),
+            (d_model, "d_model"),
+            (num_layers, "num_layers"),
+            (num_heads, "num_heads"),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if d_model % num_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+        self.vocab_size = vocab_size
+        self.prompt_length = prompt_length
+        self.max_response_length = max_response_length
+        self.response_length = max_response_length
+        self.eos_token = vocab_size
+        self.sep_token = vocab_size + 1
+        self.output_size = vocab_size + 1
+        self.max_seq_len = prompt_length + 1 + max_response_length
+        self.d_model = d_model
+        with torch.random.fork_rng(enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            self.embedding = nn.Embedding(vocab_size + 2, d_model)
+            self.position = nn.Parameter(torch.randn(self.max_seq_len, d_model) * 0.1)
+            self.blocks = nn.ModuleList(_CausalBlock(d_model, num_heads) for _ in range(num_layers))
+            self.final_norm = nn.LayerNorm(d_model)
+            self.unembed = nn.Linear(d_model, self.output_size)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens int[batch, seq] -> next-token logits float[batch, seq, vocab_size + 1]."""
+        check_ndim(tokens, 2, "tokens", "batch, seq")
+        check_integer(tokens, "tokens")
+        check_token_range(tokens, self.vocab_size + 2, "tokens")
+        seq = tokens.shape[1]
+        if seq > self.max_seq_len:
+            raise ValueError(
+                f"sequence of {seq} tokens is longer than this policy's maximum "
+                f"{self.max_seq_len} (prompt {self.prompt_length} + SEP + "
+                f"{self.max_response_length} response tokens)"
+            )
+        x = self.embedding(tokens) + self.position[:seq]
+        for block in self.blocks:
+            x = block(x)
+        return self.unembed(self.final_norm(x))
+
+
+def _check_policy(model) -> None:
+    for attr in ("eos_token", "sep_token", "prompt_length", "max_response_length"):
+        if not hasattr(model, attr):
+            raise TypeError(
+                f"model must be an autoregressive policy with attribute {attr!r} "
+                f"(e.g. AutoregressiveSortPolicy), got {type(model).__name__}"
+            )
+
+
+def _check_prompts(model, prompts: torch.Tensor) -> None:
+    check_ndim(prompts, 2, "prompts", "batch, pos")
+    check_integer(prompts, "prompts")
+    check_token_range(prompts, model.vocab_size, "prompts")
+    if prompts.shape[1] != model.prompt_length:
+        raise ValueError(
+            f"this policy takes prompts of length {model.prompt_length}, got shape "
+            f"{list(prompts.shape)}"
+        )
+
+
+def _with_separator(model, prompts: torch.Tensor) -> torch.Tensor:
+    """int[batch, pos] -> int[batch, pos + 1]: the prompt followed by SEP."""
+    sep = torch.full((prompts.shape[0], 1), model.sep_token, dtype=torch.long)
+    return torch.cat([prompts.long(), sep], dim=1)
+
+
+def response_mask(responses: torch.Tensor, eos_token: int) -> torch.Tensor:
+    """float32[batch, trial, pos]: 1 up to and including the first EOS, 0 after it.
+
+    A response without EOS (cut at the maximum length) is all ones.
+    """
+    check_ndim(responses, 3, "responses", "batch, trial, pos")
+    check_integer(responses, "responses")
+    is_eos = (responses == eos_token).long()
+    eos_before = is_eos.cumsum(dim=-1) - is_eos  # number of EOS strictly before each slot
+    return (eos_before == 0).to(torch.float32)
+
+
+def response_lengths(responses: torch.Tensor, eos_token: int) -> torch.Tensor:
+    """int64[batch, trial]: tokens per response counting the EOS (= response mask sum)."""
+    return response_mask(responses, eos_token).sum(dim=-1).long()
+
+
+def _generate(
+    model,
+    prompts: torch.Tensor,
+    num_samples: int,
+    generator: torch.Generator | None,
+    greedy: bool,
+) -> torch.Tensor:
+    _check_policy(model)
+    _check_prompts(model, prompts)
+    if not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    batch = prompts.shape[0]
+    # every (prompt, sample) pair is one row: [(batch trial), pos + 1]
+    seq = repeat(
+        _with_separator(model, prompts), "batch pos -> (batch trial) pos", trial=num_samples
+    )
+    done = torch.zeros(seq.shape[0], dtype=torch.bool)
+    eos = model.eos_token
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for _ in range(model.max_response_length):  # a loop over positions only
+                logits = model(seq)[:, -1].float()  # [(batch trial), vocab + 1]
+                if greedy:
+                    token = logits.argmax(dim=-1)
+                else:
+                    probs = F.softmax(logits, dim=-1)
+                    token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+                token = torch.where(done, torch.full_like(token, eos), token)  # pad after EOS
+                done = done | (token == eos)
+                seq = torch.cat([seq, token[:, None]], dim=1)
+                if bool(done.all()):
+                    break
+    finally:
+        model.train(was_training)
+    responses = seq[:, model.prompt_length + 1 :]
+    missing = model.max_response_length - responses.shape[1]
+    if missing:  # everybody stopped early: pad the rectangle with EOS
+        responses = F.pad(responses, (0, missing), value=eos)
+    return rearrange(responses, "(batch trial) pos -> batch trial pos", batch=batch)
+
+
+def sample_responses(
+    model, prompts: torch.Tensor, num_samples: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Sample ``num_samples`` (= G) responses per prompt, token by token.
+
+    prompts int[batch, prompt_pos] -> responses int64[batch, trial, pos], pos =
+    ``model.max_response_length``. All batch x G rows are generated together; the only
+    Python loop is over positions. After a row emits EOS it is padded with EOS (use
+    ``response_mask`` to tell real tokens from padding). Pass a seeded
+    ``torch.Generator`` for reproducible samples. Runs under ``torch.no_grad()`` in
+    eval mode (no dropout here anyway).
+    """
+    return _generate(model, prompts, num_samples, generator, greedy=False)
+
+
+def sample_with_mask(
+    model, prompts: torch.Tensor, num_samples: int, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sample_responses`` plus its response mask: (int64[batch, trial, pos], float32[...])."""
+    responses = sample_responses(model, prompts, num_samples, generator)
+    return responses, response_mask(responses, model.eos_token)
+
+
+def greedy_responses(model, prompts: torch.Tensor) -> torch.Tensor:
+    """Greedy decoding (argmax at every step): int[batch, prompt_pos] -> int64[batch, 1, pos]."""
+    return _generate(model, prompts, 1, None, greedy=True)
+
+
+def _response_logits(prompts: torch.Tensor, responses: torch.Tensor, model) -> torch.Tensor:
+    """Teacher-forced logits for every response slot: float[batch, trial, pos, vocab + 1]."""
+    _check_policy(model)
+    _check_prompts(model, prompts)
+    check_ndim(responses, 3, "responses", "batch, trial, pos")
+    check_integer(responses, "responses")
+    batch, trial, pos = responses.shape
+    if batch != prompts.shape[0] or pos > model.max_response_length:
+        raise ValueError(
+            f"responses shape {list(responses.shape)} does not fit prompts "
+            f"{list(prompts.shape)}: need [batch={prompts.shape[0]}, trial, "
+            f"pos<={model.max_response_length}]"
+        )
+    check_token_range(responses, model.vocab_size + 1, "responses")
+    context = repeat(_with_separator(model, prompts), "batch pos -> (batch trial) pos", trial=trial)
+    flat = rearrange(responses.long(), "batch trial pos -> (batch trial) pos")
+    # input: prompt, SEP, response[:-1]; the logits at SEP and after predict response[0..]
+    tokens = torch.cat([context, flat[:, :-1]], dim=1)
+    logits = model(tokens)[:, model.prompt_length :]  # [(batch trial), pos, vocab + 1]
+    return rearrange(logits, "(batch trial) pos vocab -> batch trial pos vocab", batch=batch)
+
+
+def compute_log_probs(prompts: torch.Tensor, responses: torch.Tensor, model) -> torch.Tensor:
+    """Per-token log pi(response[t] | prompt, SEP, response[:t]): float[batch, trial, pos].
+
+    One teacher-forced forward pass (the causal mask keeps token t from seeing later
+    tokens). Padding slots after EOS get a finite log-prob too; multiply by (or select
+    with) the response mask so they never count. Differentiable: wrap in
+    ``torch.no_grad()`` to freeze old/reference log-probs.
+    """
+    log_probs = F.log_softmax(_response_logits(prompts, responses, model), dim=-1)
+    return log_probs.gather(dim=-1, index=responses.long().unsqueeze(-1)).squeeze(-1)
+
+
+def token_entropy(prompts: torch.Tensor, responses: torch.Tensor, model) -> torch.Tensor:
+    """Entropy (nats) of the next-token distribution at every response slot: [batch, trial, pos].
+
+    Padding slots are included; average with the response mask.
+    """
+    log_probs = F.log_softmax(_response_logits(prompts, responses, model), dim=-1)
+    return -(log_probs.exp() * log_probs).sum(dim=-1)
