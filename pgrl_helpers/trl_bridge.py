@@ -526,3 +526,44 @@ def trl_loss(trainer, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         trainer.current_gradient_accumulation_steps = 1
     trainer.model.train()
     return trainer.compute_loss(trainer.model, inputs)
+
+
+def evaluate_greedy_lm(
+    model, tokenizer, prompts: torch.Tensor, reward_fn: str | Callable = "sort_distance_reward"
+) -> dict[str, float]:
+    """Greedy completions of a causal LM on prompts int[batch, pos] -> summary numbers.
+
+    Returns {'mean_reward', 'exact_sort', 'malformed'}: the mean reward of the greedy
+    completions (malformed ones scored by ``sort_reward_func``'s -1), the fraction sorted
+    exactly, and the fraction that did not parse as ``pos`` numbers.
+    """
+    if not isinstance(prompts, torch.Tensor) or prompts.ndim != 2:
+        shape = list(prompts.shape) if isinstance(prompts, torch.Tensor) else type(prompts).__name__
+        raise ValueError(f"prompts must be a tensor of shape [batch, pos], got {shape}")
+    vocab_size = len(tokenizer) - len(SPECIAL_TOKENS)
+    length = prompts.shape[1]
+    texts = [format_prompt(p) for p in prompts.tolist()]
+    encoded = tokenizer(texts, return_tensors="pt")  # same length: no padding
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        out = model.generate(
+            **encoded,
+            max_new_tokens=length,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    model.train(was_training)
+    completions = tokenizer.batch_decode(
+        out[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True
+    )
+    rewards = sort_reward_func(reward_fn, vocab_size)(texts, completions)
+    parsed = [parse_numbers(c, length, vocab_size) for c in completions]
+    truth = prompts.sort(dim=-1).values.tolist()
+    n = len(texts)
+    return {
+        "mean_reward": sum(rewards) / n,
+        "exact_sort": sum(p == t for p, t in zip(parsed, truth)) / n,
+        "malformed": sum(p is None for p in parsed) / n,
+    }

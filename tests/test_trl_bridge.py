@@ -315,3 +315,16 @@ def test_scale_script_smoke_run(tmp_path):
     assert summary["steps"] == 2 * 2
     assert -1.0 <= summary["last_reward"] <= 3.0
     assert (tmp_path / "init-model" / "config.json").exists()
+
+
+def test_evaluate_greedy_lm_scores_a_random_model():
+    pytest.importorskip("transformers")
+    tok = tb.build_sort_tokenizer(V)
+    model = tb.build_tiny_gpt2(tok, seed=0)
+    prompts = make_prompts(6, L, V, generator=4)
+    scores = tb.evaluate_greedy_lm(model, tok, prompts)
+    assert set(scores) == {"mean_reward", "exact_sort", "malformed"}
+    assert -1.0 <= scores["mean_reward"] <= L and 0 <= scores["exact_sort"] <= 1
+    assert model.training  # restored
+    with pytest.raises(ValueError, match="batch, pos"):
+        tb.evaluate_greedy_lm(model, tok, prompts[0])
