@@ -49,7 +49,7 @@ METRICS: dict[str, str] = {
     "epoch": "step: index of the epoch (0-based); eval: number of epochs completed",
     "step": "step: index of the optimizer step (0-based, over the run); eval: steps done",
     "inner_step": "index of the step within its epoch, 0 .. num_steps_per_epoch - 1",
-    "loss": "the minimised loss: policy loss + kl_penalty * KL (meaningless as progress)",
+    "loss": "the minimised loss: policy loss + kl_penalty * KL - entropy_coef * entropy",
     "mean_reward": "mean reward of the epoch's sampled responses (all prompts, all G)",
     "kl": "KL(policy || reference) per response, by kl_estimator; None when kl_penalty is 0",
     "clip_fraction": "fraction of tokens outside the clip range (clipped mode cuts their gradient)",
@@ -101,6 +101,8 @@ class TrainConfig:
     """Clip range of the 'clipped' loss (and the threshold of the clip_fraction metric)."""
     kl_penalty: float = 0.0
     """Coefficient beta of the KL(policy || reference) term; 0 turns the reference off."""
+    entropy_coef: float = 0.0
+    """Weight of an entropy bonus (loss -= coef x mean token entropy); 0 = the lecture's loss."""
     kl_estimator: str = "k3"
     """Per-sample KL estimator: one of ``kl.KL_ESTIMATORS``."""
     compute_ref_model_period: int = 10
@@ -185,8 +187,10 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a positive finite number, got {value!r}")
         if self.loss_mode == "clipped" and not self.epsilon < 1:
             raise ValueError(f"epsilon must lie in (0, 1) for the clipped loss, got {self.epsilon}")
-        if not math.isfinite(self.kl_penalty) or self.kl_penalty < 0:
-            raise ValueError(f"kl_penalty must be >= 0 and finite, got {self.kl_penalty!r}")
+        for name in ("kl_penalty", "entropy_coef"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be >= 0 and finite, got {value!r}")
         if isinstance(self.reward_fn, str):
             _check_choice(self.reward_fn, tuple(REWARD_FNS), "reward_fn")
         elif not callable(self.reward_fn):
@@ -543,6 +547,10 @@ def _run(config: TrainConfig, callback, model) -> History:
                 kl = compute_kl_penalty(log_probs, ref_log_probs, config.kl_estimator)
                 loss = loss + config.kl_penalty * kl
                 kl_value = kl.item()
+            with torch.set_grad_enabled(config.entropy_coef > 0):
+                entropy = token_entropy(prompts, model).mean()  # mean over batch, pos
+            if config.entropy_coef > 0:
+                loss = loss - config.entropy_coef * entropy
             _check_finite_scalar(loss.detach(), "loss", epoch, step)
             optimizer.zero_grad()
             loss.backward()
@@ -563,7 +571,7 @@ def _run(config: TrainConfig, callback, model) -> History:
                     "clip_fraction": clip_fraction(
                         log_probs.detach(), old_log_probs, deltas, config.epsilon
                     ),
-                    "entropy": token_entropy(prompts, model).mean().item(),
+                    "entropy": entropy.item(),
                     "ratio_mean": ratio.mean().item(),
                     "grad_norm": grad_norm.item(),
                 }

@@ -1,0 +1,187 @@
+"""Scaling: what it costs GRPO to reach 99% held-out exact-sort as prompts get longer.
+
+For prompt lengths 3, 4, 5, 6 (values 0-9) and seeds 0, 1, 2: the GRPO setting of
+``bench_3_generalization`` (only the length changes) trained until greedy exact-sort on
+a validation half of the held-out prompts reaches 99%; reported: wall time, sampled
+responses, and exact-sort on the test half.
+
+Reference point: the same SortTransformer trained by supervised learning (cross-entropy
+on the sorted answers of fresh random prompts, same optimizer and learning rate), and
+the number of labelled examples it needs to reach the same 99%. The ratio "sampled
+responses / labelled examples" is the price of learning from a reward instead of answers.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from _common import RESULTS_DIR, markdown_table, median, save, setup, train_to_target  # noqa: E402
+from bench_3_generalization import CONFIG  # noqa: E402
+
+from pgrl_helpers.sort_task import make_prompts, sorted_responses  # noqa: E402
+from pgrl_helpers.training import (  # noqa: E402
+    _encode,
+    build_model,
+    evaluate_greedy,
+    make_heldout_prompts,
+)
+
+LENGTHS = (3, 4, 5, 6)
+SEEDS = (0, 1, 2)
+TARGET = 0.99
+MAX_SECONDS = 150.0  # per run; a run that hits it is reported as "not reached"
+SFT_BATCH = 64
+SFT_CHECK_EVERY = 10  # optimizer steps between validation checks
+
+
+def grpo_config(length: int, seed: int):
+    return replace(
+        CONFIG, prompt_length=length, seed=seed, num_eval_prompts=min(2000, 10**length // 2)
+    )
+
+
+def train_sft(config, target: float = TARGET, max_seconds: float = MAX_SECONDS) -> dict:
+    """Supervised reference: cross-entropy on sorted(prompt), same model/optimizer/held-out."""
+    torch.manual_seed(config.seed)
+    start = time.perf_counter()
+    model = build_model(config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
+    heldout = make_heldout_prompts(config)
+    heldout_codes = _encode(heldout, config.vocab_size)
+    half = len(heldout) // 2
+    generator = torch.Generator().manual_seed(config.seed)
+    steps, reached, score = 0, False, 0.0
+    while time.perf_counter() - start < max_seconds:
+        prompts = make_prompts(SFT_BATCH, config.prompt_length, config.vocab_size, generator)
+        keep = ~torch.isin(_encode(prompts, config.vocab_size), heldout_codes)
+        prompts = prompts[keep]  # never train on a held-out prompt
+        logits = model(prompts)  # [batch, pos, vocab]
+        loss = F.cross_entropy(logits.flatten(0, 1), sorted_responses(prompts).flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        steps += 1
+        if steps % SFT_CHECK_EVERY == 0:
+            score = evaluate_greedy(model, heldout[:half], config.reward_fn)["exact_sort"]
+            if score >= target:
+                reached = True
+                break
+    test = evaluate_greedy(model, heldout[half:], config.reward_fn)["exact_sort"]
+    return {
+        "reached": reached,
+        "seconds": time.perf_counter() - start,
+        "labelled_examples": steps * SFT_BATCH,
+        "validation_exact_sort": score,
+        "test_exact_sort": test,
+    }
+
+
+def main() -> None:
+    setup()
+    grpo, sft = {}, {}
+    for length in LENGTHS:
+        grpo[length], sft[length] = [], []
+        for seed in SEEDS:
+            config = grpo_config(length, seed)
+            g = train_to_target(config, TARGET, max_seconds=MAX_SECONDS)
+            g.pop("curve")
+            s = train_sft(config)
+            grpo[length].append(g)
+            sft[length].append(s)
+            print(
+                f"length {length} seed {seed}: GRPO {g['reached']} {g['seconds']:.1f} s "
+                f"{g['responses_sampled']} responses (test {g['test_exact_sort']:.3f}); "
+                f"SFT {s['reached']} {s['seconds']:.1f} s {s['labelled_examples']} examples "
+                f"(test {s['test_exact_sort']:.3f})",
+                flush=True,
+            )
+    headers = [
+        "length",
+        "held-out (val + test)",
+        "GRPO reached (seeds)",
+        "GRPO wall time (s, median)",
+        "GRPO sampled responses (median)",
+        "GRPO test exact-sort (median)",
+        "SFT reached",
+        "SFT wall time (s)",
+        "SFT labelled examples (median)",
+        "responses per labelled example",
+    ]
+    rows, summary = [], []
+    for length in LENGTHS:
+        g, s = grpo[length], sft[length]
+        g_resp = median([r["responses_sampled"] for r in g])
+        s_ex = median([r["labelled_examples"] for r in s])
+        row = {
+            "length": length,
+            "heldout": g[0]["num_validation"] + g[0]["num_test"],
+            "grpo_reached": sum(r["reached"] for r in g),
+            "grpo_seconds": median([r["seconds"] for r in g]),
+            "grpo_responses": g_resp,
+            "grpo_test": median([r["test_exact_sort"] for r in g]),
+            "sft_reached": sum(r["reached"] for r in s),
+            "sft_seconds": median([r["seconds"] for r in s]),
+            "sft_examples": s_ex,
+            "ratio": g_resp / s_ex,
+        }
+        summary.append(row)
+        rows.append(
+            [
+                length,
+                row["heldout"],
+                f"{row['grpo_reached']}/3",
+                f"{row['grpo_seconds']:.1f}",
+                f"{g_resp:.0f}",
+                f"{row['grpo_test']:.3f}",
+                f"{row['sft_reached']}/3",
+                f"{row['sft_seconds']:.1f}",
+                f"{s_ex:.0f}",
+                f"{row['ratio']:.0f}",
+            ]
+        )
+    table = markdown_table(headers, rows)
+    print(table)
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    left.plot(
+        LENGTHS, [r["grpo_responses"] for r in summary], "o-", label="GRPO: sampled responses"
+    )
+    left.plot(LENGTHS, [r["sft_examples"] for r in summary], "s-", label="SFT: labelled examples")
+    left.set_yscale("log")
+    left.set_xlabel("prompt length (values 0-9)")
+    left.set_ylabel("samples to reach 99% held-out (median of 3)")
+    left.set_title("Samples needed")
+    left.set_xticks(LENGTHS)
+    left.legend()
+    right.plot(LENGTHS, [r["grpo_seconds"] for r in summary], "o-", label="GRPO")
+    right.plot(LENGTHS, [r["sft_seconds"] for r in summary], "s-", label="SFT")
+    right.set_yscale("log")
+    right.set_xlabel("prompt length (values 0-9)")
+    right.set_ylabel("wall time to 99% (s, 1 CPU thread, median of 3)")
+    right.set_title("Time needed")
+    right.set_xticks(LENGTHS)
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS_DIR / "scaling.png", dpi=100)
+    save(
+        "scaling",
+        {
+            "grpo_runs": grpo,
+            "sft_runs": sft,
+            "summary": summary,
+            "table": table,
+            "sft_batch": SFT_BATCH,
+            "max_seconds_per_run": MAX_SECONDS,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
