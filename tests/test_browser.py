@@ -183,7 +183,9 @@ def test_notebook_07_runs_in_jupyterlab_with_live_widgets(sync_playwright, lab_s
             outputs = page.locator(".jp-OutputArea-output").all_inner_texts()
             text = "\n".join(outputs)
             assert "Traceback (most recent call last)" not in text, tail_with(text, "Traceback")
-            assert page.locator("[data-mime-type='application/vnd.jupyter.stderr']").count() == 0
+            stderr = page.locator("[data-mime-type='application/vnd.jupyter.stderr']")
+            for message in stderr.all_inner_texts():  # warnings may pass, errors may not
+                assert "Error" not in message and "Traceback" not in message, message
             # live controls, not their text repr
             assert "VBox(children=" not in text and "TrainingDashboard(children=" not in text
             dashboard = page.locator(".jupyter-widgets.widget-vbox").filter(
