@@ -521,6 +521,8 @@ def trl_loss(trainer, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     Calls ``trainer.compute_loss`` outside ``trainer.train()``: the one attribute the
     training loop would have set, ``current_gradient_accumulation_steps``, is set to 1
     (one micro-batch per optimizer step, as ``grpo_config_kwargs`` configures).
+    Build no other ``GRPOConfig`` between creating ``trainer`` and this call: creating
+    training arguments resets accelerate's process-global state that the trainer uses.
     """
     if getattr(trainer, "current_gradient_accumulation_steps", None) is None:
         trainer.current_gradient_accumulation_steps = 1

@@ -138,6 +138,19 @@ def test_mapping_table_has_a_row_per_setting():
         assert arg in text
 
 
+@pytest.mark.parametrize("loss_mode", ["clipped", "unclipped"])
+def test_trl_grpo_config_accepts_every_supported_mapping(tmp_path, loss_mode):
+    pytest.importorskip("trl")
+    from trl import GRPOConfig
+
+    for deltas_mode in tb.DELTA_MODE_TO_SCALE_REWARDS:
+        cfg = config(deltas_mode=deltas_mode, loss_mode=loss_mode, kl_penalty=0.1)
+        kw = tb.grpo_config_kwargs(cfg, output_dir=str(tmp_path), use_cpu=True)
+        args = GRPOConfig(**kw)
+        for name, value in kw.items():
+            assert getattr(args, name) == value, name
+
+
 # --------------------------------------------------------------------------------------
 # Text form of the task (parsing needs nothing; the tokenizer needs the extra)
 # --------------------------------------------------------------------------------------
@@ -269,6 +282,33 @@ def test_trl_loss_and_gradient_equal_ours_on_a_fixed_batch(trainer):
         compute_kl_penalty(log_probs, ref, "k3")
     )
     assert abs(trl.item() - wrong.item()) > 1e-4
+
+
+def test_trl_unclipped_mapping_equals_our_unclipped_loss(trainer):
+    # (no new GRPOConfig here: creating one resets accelerate's global state under the trainer)
+    kw = tb.grpo_config_kwargs(config(loss_mode="unclipped"))
+    tok, model = trainer.processing_class, trainer.model
+    prompts, responses, prompt_ids, completion_ids, g = fixed_batch(tok)
+    rows = B * G
+    deltas = compute_deltas(
+        compute_reward(prompts, responses, "sort_distance_reward"), "centered_rewards"
+    )
+    with torch.no_grad():
+        log_probs = tb.completion_log_probs(
+            model, prompt_ids.reshape(rows, -1), completion_ids.reshape(rows, -1)
+        ).reshape(B, G, L)
+    old = log_probs + 0.5 * torch.randn(log_probs.shape, generator=g)
+    saved = trainer.epsilon_low, trainer.epsilon_high, trainer.beta
+    trainer.epsilon_low, trainer.epsilon_high, trainer.beta = kw["epsilon"], kw["epsilon_high"], 0.0
+    try:
+        with torch.no_grad():
+            trl = tb.trl_loss(trainer, tb.trl_loss_inputs(prompt_ids, completion_ids, deltas, old))
+    finally:
+        trainer.epsilon_low, trainer.epsilon_high, trainer.beta = saved
+    ours = compute_loss(log_probs, deltas, "unclipped", old)
+    clipped = compute_loss(log_probs, deltas, "clipped", old, EPSILON)
+    assert abs(trl.item() - ours.item()) < 1e-6
+    assert abs(ours.item() - clipped.item()) > 1e-3  # the clip would have mattered
 
 
 @pytest.mark.parametrize("mode, atol", [("centered_rewards", 1e-6), ("normalized_rewards", 2e-3)])
