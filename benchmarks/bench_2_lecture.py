@@ -17,9 +17,16 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
 from _common import RESULTS_DIR, markdown_table, save, setup  # noqa: E402
 
-from pgrl_helpers.training import TrainConfig, history_columns, run_policy_gradient  # noqa: E402
+from pgrl_helpers.sort_task import lecture_prompts  # noqa: E402
+from pgrl_helpers.training import (  # noqa: E402
+    TrainConfig,
+    build_model,
+    history_columns,
+    run_policy_gradient,
+)
 
 SEEDS = (0, 1, 2)
 LECTURE = TrainConfig(
@@ -50,10 +57,26 @@ FIXES = {
     "sort_distance_reward": dict(reward_fn="sort_distance_reward"),
     "lr 1e-2, clipped eps 0.2": dict(learning_rate=1e-2, loss_mode="clipped", epsilon=0.2),
     "sort_distance, G 50": dict(reward_fn="sort_distance_reward", num_responses=50),
-    "sort_distance, G 50, 300 epochs": dict(
-        reward_fn="sort_distance_reward", num_responses=50, num_epochs=300
+    "embedding_dim 3, sort_distance, G 50, 300 epochs": dict(
+        embedding_dim=3, reward_fn="sort_distance_reward", num_responses=50, num_epochs=300
+    ),
+    "embedding_dim 3, sort_distance, G 50, 300 epochs, entropy_coef 0.02": dict(
+        embedding_dim=3,
+        reward_fn="sort_distance_reward",
+        num_responses=50,
+        num_epochs=300,
+        entropy_coef=0.02,
     ),
 }
+
+
+def saturated_fraction(config: TrainConfig) -> float:
+    """Fraction of (training prompt, output position) pairs where the untrained policy
+    puts > 0.99 probability on one token: there sampling never tries anything else and
+    the softmax gradient vanishes, so no on-policy setting can move them."""
+    with torch.no_grad():
+        probs = torch.softmax(build_model(config)(lecture_prompts()), dim=-1)  # [3, pos, vocab]
+    return (probs.max(dim=-1).values > 0.99).float().mean().item()
 
 
 def run(config: TrainConfig) -> dict:
@@ -109,6 +132,18 @@ def main() -> None:
         fix_rows.append(summarise(f"centered_rewards, {label}", runs, top))
         print(fix_rows[-1], flush=True)
     fixes = markdown_table(headers, fix_rows)
+    saturation_rows = [
+        [dim]
+        + [
+            f"{saturated_fraction(dataclasses.replace(LECTURE, embedding_dim=dim, seed=s)):.2f}"
+            for s in SEEDS
+        ]
+        for dim in (10, 3)
+    ]
+    saturation = markdown_table(
+        ["embedding_dim", *(f"seed {s}: saturated at init" for s in SEEDS)], saturation_rows
+    )
+    print(saturation)
     print(reproduction, "", fixes, sep="\n")
 
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -131,6 +166,7 @@ def main() -> None:
             "fixes": fix_results,
             "table": reproduction,
             "fixes_table": fixes,
+            "saturation_table": saturation,
         },
     )
 

@@ -158,6 +158,7 @@ def test_same_seed_same_history_and_other_seed_differs():
         ({"num_steps_per_epoch": 0}, "num_steps_per_epoch"),
         ({"loss_mode": "clipped", "epsilon": 1.5}, "epsilon"),
         ({"kl_penalty": -0.1}, "kl_penalty"),
+        ({"entropy_coef": -0.1}, "entropy_coef"),
         ({"prompt_length": 4}, "prompt_source 'lecture'"),
         ({"prompts_per_epoch": 8}, "prompts_per_epoch"),
         ({"prompt_source": "random", "num_eval_prompts": 100}, "more than half"),
