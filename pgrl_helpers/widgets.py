@@ -117,12 +117,18 @@ def _series(history: History, metric: str, kind: str) -> tuple[list[int], list[f
     return [r["step"] for r in records], [r[metric] for r in records]
 
 
-def plot_histories(histories: Sequence[History], axes=None, labels: Sequence[str] | None = None):
+def plot_histories(
+    histories: Sequence[History],
+    axes=None,
+    labels: Sequence[str] | None = None,
+    highlight_last: bool = True,
+):
     """Plot mean reward, held-out exact-sort and loss vs optimizer step for several runs.
 
     ``axes``: three matplotlib axes to draw into (e.g. from ``plt.subplots(1, 3)``); if
     None a new ``matplotlib.figure.Figure`` (not registered with pyplot) is created.
-    Earlier runs are drawn thin, the last run bold. Returns the figure.
+    With ``highlight_last`` (the dashboard's view) earlier runs are drawn thin and the
+    last run bold; otherwise all runs alike. Returns the figure.
     """
     for h in histories:
         _check_history(h)
@@ -135,7 +141,7 @@ def plot_histories(histories: Sequence[History], axes=None, labels: Sequence[str
         raise ValueError(f"plot_histories needs {len(PANELS)} axes, got {len(axes)}")
     fig = axes[0].figure
     for k, history in enumerate(histories):
-        last = k == len(histories) - 1
+        last = k == len(histories) - 1 or not highlight_last
         label = labels[k] if labels is not None else f"run {k + 1}: {run_label(history.config)}"
         for ax, (metric, kind, _) in zip(axes, PANELS):
             xs, ys = _series(history, metric, kind)
@@ -144,7 +150,7 @@ def plot_histories(histories: Sequence[History], axes=None, labels: Sequence[str
                 ys,
                 marker="o" if kind == "eval" else None,
                 markersize=3,
-                linewidth=2.2 if last else 1.0,
+                linewidth=(2.2 if highlight_last else 1.5) if last else 1.0,
                 alpha=1.0 if last else 0.55,
                 label=label,
             )

@@ -144,6 +144,10 @@ def test_plain_functions_match_the_dashboard():
     fig = plot_histories([history, history])
     assert len(fig.axes) == 3
     assert len(fig.axes[0].lines) == 2  # one line per run
+    widths = [line.get_linewidth() for line in fig.axes[0].lines]
+    assert widths[0] < widths[1], "the last run is drawn bold"
+    fig = plot_histories([history, history], highlight_last=False)
+    assert len({line.get_linewidth() for line in fig.axes[0].lines}) == 1
     with pytest.raises(TypeError, match="History"):
         summarize_history([{"kind": "step"}])
     with pytest.raises(ValueError, match="labels"):
