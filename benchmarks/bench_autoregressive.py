@@ -1,0 +1,179 @@
+"""Autoregressive policy + GRPO on the variable-length sort-dedup task (issue 7, notebook 08).
+
+Goal: >= 95% greedy exact answers (sorted distinct values, then EOS) on unseen prompts
+(length 4, values 0-5), within about a minute of wall time on a 2-core CPU, for every
+seed. The policy only ever sees ``dedup_position_reward`` of its own samples.
+
+600 held-out prompts are drawn with their own seed and excluded from training: the run
+stops when greedy exact on the first 300 (validation) reaches the stopping bar, and the
+other 300 (test) are scored once after the stop; the goal is judged on the test half.
+Also reports the response length at the end against the length of correct answers.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from _common import RESULTS_DIR, markdown_table, median, save, setup  # noqa: E402
+
+from pgrl_helpers.dedup_task import dedup_targets  # noqa: E402
+from pgrl_helpers.training import (  # noqa: E402
+    TrainConfig,
+    build_model,
+    evaluate_greedy,
+    run_policy_gradient,
+)
+
+SEEDS = (0, 1, 2, 3, 4)
+GOAL = 0.95  # on the test half
+VALIDATION_TARGET = 0.97  # stopping rule, on the validation half
+BUDGET_SECONDS = 60.0
+
+#: The setting of notebook 08's last section (there: 300 held-out prompts, stop at 95%).
+CONFIG = TrainConfig(
+    model="autoregressive",
+    task="sort_dedup",
+    prompt_source="random",
+    prompt_length=4,
+    vocab_size=6,
+    max_response_length=6,
+    embedding_dim=32,
+    num_layers=2,
+    num_heads=4,
+    reward_fn="dedup_position_reward",
+    deltas_mode="normalized_rewards",
+    loss_mode="clipped",
+    loss_aggregation="token_mean",
+    num_responses=8,
+    prompts_per_epoch=32,
+    num_epochs=400,
+    num_steps_per_epoch=4,
+    learning_rate=3e-3,
+    eval_every=5,
+    num_eval_prompts=600,
+)
+
+
+def run(config: TrainConfig, max_seconds: float) -> dict:
+    curve = []  # (seconds, epoch, validation exact)
+    start = time.perf_counter()
+    state = {"reached": False}
+
+    def callback(epoch, history):
+        if (epoch + 1) % config.eval_every:
+            return False
+        half = len(history.heldout_prompts) // 2
+        score = evaluate_greedy(
+            history.model, history.heldout_prompts[:half], config.reward_fn, config.task
+        )
+        curve.append((time.perf_counter() - start, epoch + 1, score["exact_sort"]))
+        if score["exact_sort"] >= VALIDATION_TARGET:
+            state["reached"] = True
+            return "stop"
+        return time.perf_counter() - start > max_seconds
+
+    history = run_policy_gradient(config, callback=callback)
+    seconds = time.perf_counter() - start
+    heldout = history.heldout_prompts
+    half = len(heldout) // 2
+    test = evaluate_greedy(history.model, heldout[half:], config.reward_fn, config.task)
+    _, target_lengths = dedup_targets(heldout, config.vocab_size)
+    steps = history.steps()
+    return {
+        "reached": state["reached"],
+        "seconds": seconds,
+        "epochs": steps[-1]["epoch"] + 1,
+        "validation_exact": curve[-1][2] if curve else None,
+        "test_exact": test["exact_sort"],
+        "test_mean_reward": test["mean_reward"],
+        "final_response_length": steps[-1]["response_length"],
+        "correct_response_length": (target_lengths.float() + 1).mean().item(),
+        "curve": curve,
+    }
+
+
+def main() -> None:
+    setup()
+    runs = []
+    for seed in SEEDS:
+        result = run(replace(CONFIG, seed=seed), max_seconds=3 * BUDGET_SECONDS)
+        result["seed"] = seed
+        runs.append(result)
+        print(
+            f"seed {seed}: reached={result['reached']} in {result['seconds']:.1f} s, "
+            f"{result['epochs']} epochs, test exact {result['test_exact']:.3f}, "
+            f"length {result['final_response_length']:.2f} "
+            f"(correct {result['correct_response_length']:.2f})",
+            flush=True,
+        )
+    headers = [
+        "seed",
+        f"reached {VALIDATION_TARGET:.0%} (validation)",
+        "wall time (s)",
+        "epochs",
+        "test exact (300 unseen prompts)",
+        "final response length (correct)",
+    ]
+    rows = [
+        [
+            r["seed"],
+            "yes" if r["reached"] else "no",
+            f"{r['seconds']:.1f}",
+            r["epochs"],
+            f"{r['test_exact']:.3f}",
+            f"{r['final_response_length']:.2f} ({r['correct_response_length']:.2f})",
+        ]
+        for r in runs
+    ]
+    worst_test = min(r["test_exact"] for r in runs)
+    worst_seconds = max(r["seconds"] for r in runs)
+    rows.append(
+        [
+            "median",
+            f"{sum(r['reached'] for r in runs)}/{len(runs)}",
+            f"{median([r['seconds'] for r in runs]):.1f}",
+            median([r["epochs"] for r in runs]),
+            f"{median([r['test_exact'] for r in runs]):.3f}",
+            "",
+        ]
+    )
+    table = markdown_table(headers, rows)
+    verdict = (
+        f"goal (every seed: test exact >= {GOAL:.0%} within {BUDGET_SECONDS:.0f} s): "
+        f"{'met' if worst_test >= GOAL and worst_seconds <= BUDGET_SECONDS else 'NOT met'} "
+        f"(worst seed: {worst_test:.3f} exact, {worst_seconds:.1f} s)"
+    )
+    print(table, verdict, sep="\n")
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for r in runs:
+        ax.plot([c[0] for c in r["curve"]], [c[2] for c in r["curve"]], label=f"seed {r['seed']}")
+    ax.axhline(GOAL, color="gray", linestyle=":", label=f"goal {GOAL:.0%}")
+    ax.set_xlabel("wall time (s, 1 CPU thread)")
+    ax.set_ylabel("greedy exact, 300 validation prompts")
+    ax.set_title("GRPO on the autoregressive policy: sort + dedup + EOS")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS_DIR / "autoregressive.png", dpi=100)
+    config = {k: (v if not callable(v) else v.__name__) for k, v in vars(CONFIG).items()}
+    save(
+        "autoregressive",
+        {
+            "config": config,
+            "parameters": sum(p.numel() for p in build_model(CONFIG).parameters()),
+            "runs": runs,
+            "table": table,
+            "verdict": verdict,
+            "validation_target": VALIDATION_TARGET,
+            "goal": GOAL,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
