@@ -155,7 +155,7 @@ def main() -> None:
     ax.set_xlabel("epoch")
     ax.set_ylabel("mean sampled reward (inclusion + ordering)")
     ax.set_title("Lecture reproduction: 3 training prompts, mean over 3 seeds")
-    ax.legend()
+    ax.legend(loc="lower right", title="centered and normalized overlap")
     fig.tight_layout()
     fig.savefig(RESULTS_DIR / "lecture_reproduction.png", dpi=100)
     save(
