@@ -99,7 +99,7 @@ def lab_server(tmp_path_factory):
     for plugin, values in {
         "docmanager-extension/plugin": {"autosave": False},
         # render every cell (no virtual scrolling), so all outputs are in the page
-        "notebook-extension/tracker": {"windowingMode": "none"},
+        "notebook-extension/tracker": {"windowingMode": "none", "autoStartDefaultKernel": True},
         "apputils-extension/notification": {"fetchNews": "false", "checkForUpdates": False},
     }.items():
         path = settings / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
@@ -174,6 +174,7 @@ def test_notebook_07_runs_in_jupyterlab_with_live_widgets(sync_playwright, lab_s
             page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={token}", timeout=90_000)
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
             assert no_cell_has_run(page), "the served copy must start without outputs"
+            wait_for_idle_kernel(page)
 
             # Run menu -> Run All Cells
             page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
@@ -230,6 +231,19 @@ def wait_until_all_cells_ran(page, timeout_s: float = RUN_ALL_TIMEOUT_S) -> None
         return prompts.every(p => /\\[\\d+\\]/.test(p.innerText));
     }"""
     page.wait_for_function(script, timeout=timeout_s * 1000, polling=500)
+
+
+def wait_for_idle_kernel(page, timeout_s: float = 90) -> None:
+    """Wait until the status bar shows an idle kernel (accepting a kernel dialog if shown)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        dialog = page.locator(".jp-Dialog", has_text="Select Kernel")
+        if dialog.count():
+            dialog.get_by_role("button", name="Select").click()
+        if "| Idle" in page.locator(".jp-StatusBar-Widget").inner_text():
+            return
+        time.sleep(0.5)
+    raise AssertionError("the notebook's kernel did not start (no idle kernel in the status bar)")
 
 
 def no_cell_has_run(page) -> bool:
