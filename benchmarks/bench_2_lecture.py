@@ -29,6 +29,7 @@ from pgrl_helpers.training import (  # noqa: E402
 )
 
 SEEDS = (0, 1, 2)
+RATE_SEEDS = tuple(range(10))  # for the success rate of the best setting
 LECTURE = TrainConfig(
     model="lecture",
     prompt_source="lecture",
@@ -132,6 +133,30 @@ def main() -> None:
         fix_rows.append(summarise(f"centered_rewards, {label}", runs, top))
         print(fix_rows[-1], flush=True)
     fixes = markdown_table(headers, fix_rows)
+    rate_rows, rates = [], {}
+    for dim in (10, 3):
+        config = dataclasses.replace(
+            LECTURE,
+            deltas_mode="centered_rewards",
+            embedding_dim=dim,
+            reward_fn="sort_distance_reward",
+            num_responses=50,
+            num_epochs=300,
+            eval_every=300,
+        )
+        counts = [run(dataclasses.replace(config, seed=s))["train_sorted"] for s in RATE_SEEDS]
+        rates[dim] = counts
+        rate_rows.append(
+            [
+                f"embedding_dim {dim}, sort_distance, G 50, 300 epochs",
+                " ".join(str(c) for c in counts),
+                f"{sum(c == 3 for c in counts)}/{len(counts)}",
+            ]
+        )
+    success = markdown_table(
+        ["setting", "prompts sorted, seeds 0-9", "seeds sorting all 3"], rate_rows
+    )
+    print(success)
     saturation_rows = [
         [dim]
         + [
@@ -167,6 +192,8 @@ def main() -> None:
             "table": reproduction,
             "fixes_table": fixes,
             "saturation_table": saturation,
+            "success_table": success,
+            "success_counts": rates,
         },
     )
 

@@ -98,6 +98,10 @@ def lecture_section(r: dict) -> str:
             "",
             r["saturation_table"],
             "",
+            "Over 10 seeds:",
+            "",
+            r.get("success_table", "(rerun bench_2_lecture.py for the 10-seed table)"),
+            "",
             "A smaller embedding (3) starts less saturated; with the per-position "
             "`sort_distance_reward` and G = 50 it sorts all 3 training prompts for the "
             "seeds marked 3/3 above. No setting we tried sorts all three for every seed. "
