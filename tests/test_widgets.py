@@ -154,3 +154,17 @@ def test_plain_functions_match_the_dashboard():
         plot_histories([history], labels=["a", "b"])
     with pytest.raises(TypeError, match="TrainConfig"):
         make_dashboard(base_config={"num_epochs": 2})
+
+
+def test_a_failing_run_shows_the_error_and_re_enables_train(monkeypatch):
+    import pgrl_helpers.widgets as widgets_module
+
+    def explode(config, callback=None):
+        raise FloatingPointError("non-finite loss at epoch 3")
+
+    monkeypatch.setattr(widgets_module, "run_policy_gradient", explode)
+    dash = tiny_dashboard()
+    dash.train_button.click()  # must not raise
+    assert "Training failed" in dash.message.value and "non-finite loss" in dash.message.value
+    assert dash.runs[0].error.startswith("FloatingPointError")
+    assert not dash.train_button.disabled and dash.stop_button.disabled
