@@ -3,11 +3,20 @@
 Where things live (one module per concept):
 
 * ``sort_task``  - prompts, ground truth, rewards, ``compute_reward``
-* ``models``     - ``LectureModel`` (the lecture's toy policy, fixed)
+* ``models``     - ``LectureModel`` (the lecture's toy policy, fixed), ``SortTransformer``
 * ``sampling``   - ``sample_responses`` / ``generate_responses``, ``compute_log_probs``
 * ``advantages`` - ``compute_deltas`` (rewards, centered, normalized, max, leave-one-out)
 * ``losses``     - ``compute_loss`` (naive, unclipped, clipped), ``compute_ratio``
-* ``kl``         - k1/k2/k3 estimators, ``compute_kl_penalty``
+* ``kl``         - k1/k2/k3 estimators, ``compute_kl_penalty``, exact ``categorical_kl``
+* ``exact``      - enumerate every response of a small policy: exact E[R], exact gradients,
+                   exact moments of G-sample estimates
+* ``training``   - ``TrainConfig``, ``run_policy_gradient`` (the one training loop), ``METRICS``
+* ``memory``     - bytes held by policy / old policy / reference / value model (GRPO vs PPO)
+* ``widgets``    - the training dashboard (``make_dashboard``) on top of ``run_policy_gradient``
+* ``autoregressive``, ``masking``, ``dedup_task`` - token-by-token policy, response masks,
+                   loss aggregations, a variable-length task (notebook 08)
+* ``checks``     - exercise checkers for the classroom assignments
+* ``trl_bridge`` - our settings -> Hugging Face TRL ``GRPOConfig`` (needs requirements-scale.txt)
 """
 
 from .advantages import DELTA_MODES, compute_deltas
@@ -19,7 +28,7 @@ from .losses import (
     compute_per_token_loss,
     compute_ratio,
 )
-from .models import LectureModel, Model
+from .models import LectureModel, Model, SortTransformer
 from .sampling import (
     compute_log_probs,
     generate_responses,
@@ -41,6 +50,7 @@ from .sort_task import (
     sort_inclusion_ordering_reward_batch,
     sorted_responses,
 )
+from .training import METRICS, TrainConfig, history_columns, run_policy_gradient
 
 __all__ = [
     "DELTA_MODES",
@@ -49,6 +59,9 @@ __all__ = [
     "LOSS_MODES",
     "REWARD_FNS",
     "LectureModel",
+    "METRICS",
+    "SortTransformer",
+    "TrainConfig",
     "Model",
     "clip_fraction",
     "compute_deltas",
@@ -61,12 +74,14 @@ __all__ = [
     "exact_sort",
     "generate_responses",
     "greedy_responses",
+    "history_columns",
     "kl_estimate",
     "kl_k1",
     "kl_k2",
     "kl_k3",
     "lecture_prompts",
     "make_prompts",
+    "run_policy_gradient",
     "max_reward",
     "sample_responses",
     "sort_distance_reward",
