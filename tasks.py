@@ -81,7 +81,13 @@ def test() -> None:
     setup(TEST_REQUIREMENTS)
     targets = [
         p
-        for p in ("pgrl_helpers", "tests", "benchmarks", "assignments/make_assignments.py", "tasks.py")
+        for p in (
+            "pgrl_helpers",
+            "tests",
+            "benchmarks",
+            "assignments/make_assignments.py",
+            "tasks.py",
+        )
         if (ROOT / p).exists()
     ]
     run(BIN / "ruff", "check", *targets)
