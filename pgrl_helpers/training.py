@@ -26,9 +26,12 @@ from dataclasses import dataclass, fields
 import torch
 from tqdm.auto import tqdm
 
+from . import autoregressive as ar
 from .advantages import DELTA_MODES, GROUP_MODES, compute_deltas
-from .kl import KL_ESTIMATORS, compute_kl_penalty
-from .losses import LOSS_MODES, clip_fraction, compute_loss, compute_ratio
+from .dedup_task import DEDUP_REWARD_FNS, compute_dedup_reward, exact_dedup
+from .kl import KL_ESTIMATORS, compute_kl_penalty, kl_estimate
+from .losses import LOSS_MODES, clip_fraction, compute_per_token_loss, compute_ratio
+from .masking import LOSS_AGGREGATIONS, aggregate_loss, masked_mean, masked_normalize
 from .models import LectureModel, SortTransformer
 from .sampling import compute_log_probs, greedy_responses, sample_responses, token_entropy
 from .sort_task import (
@@ -40,7 +43,8 @@ from .sort_task import (
     make_prompts,
 )
 
-MODEL_NAMES: tuple[str, ...] = ("lecture", "transformer")
+MODEL_NAMES: tuple[str, ...] = ("lecture", "transformer", "autoregressive")
+TASKS: tuple[str, ...] = ("sort", "sort_dedup")
 PROMPT_SOURCES: tuple[str, ...] = ("lecture", "random")
 
 #: Every metric the history records, defined once (name -> one-line description).
@@ -56,6 +60,7 @@ METRICS: dict[str, str] = {
     "entropy": "mean entropy (nats) of the policy over output positions of the epoch's prompts",
     "ratio_mean": "mean per-token ratio pi / pi_old against the policy that sampled the batch",
     "grad_norm": "L2 norm of the gradient of the loss over all parameters",
+    "response_length": "mean tokens per sampled response, EOS included (fixed: prompt_length)",
     "responses_sampled": "number of responses sampled so far (epochs x prompts x G)",
     "heldout_exact_sort": "fraction of held-out prompts the greedy policy sorts exactly",
     "heldout_mean_reward": "mean reward of the greedy responses on the held-out prompts",
@@ -74,6 +79,7 @@ STEP_KEYS = (
     "entropy",
     "ratio_mean",
     "grad_norm",
+    "response_length",
 )
 EVAL_KEYS = (
     "kind",
@@ -150,12 +156,63 @@ class TrainConfig:
     num_threads: int | None = 1
     """torch CPU threads during the run (restored after); 1 is fastest for tiny models."""
 
+    task: str = "sort"
+    """'sort' (fixed length) or 'sort_dedup' (sort, drop repeats, then EOS; model 'autoregressive')."""
+    max_response_length: int | None = None
+    """Autoregressive policy: most tokens per response, EOS included (None: prompt_length + 2)."""
+    loss_aggregation: str = "token_mean"
+    """Per-token losses -> one number: one of ``masking.LOSS_AGGREGATIONS`` (padding never counts)."""
+    epsilon_high: float | None = None
+    """Clip-higher (DAPO): upper clip edge 1 + epsilon_high; None means epsilon (symmetric)."""
+
+    @property
+    def response_length(self) -> int:
+        """Slots per sampled response: prompt_length, or the autoregressive maximum."""
+        if self.model != "autoregressive":
+            return self.prompt_length
+        if self.max_response_length is None:
+            return self.prompt_length + 2
+        return self.max_response_length
+
+    def _validate_response_options(self) -> None:
+        """Checks of task, model pairing, loss_aggregation, max_response_length, epsilon_high."""
+        _check_choice(self.task, TASKS, "task")
+        _check_choice(self.loss_aggregation, LOSS_AGGREGATIONS, "loss_aggregation")
+        if (self.task == "sort_dedup") != (self.model == "autoregressive"):
+            raise ValueError(
+                f"task {self.task!r} with model {self.model!r}: the variable-length task "
+                "'sort_dedup' needs model 'autoregressive' (it must choose when to stop), "
+                "and the autoregressive policy is only wired to 'sort_dedup'"
+            )
+        if self.task == "sort_dedup" and self.prompt_source != "random":
+            raise ValueError("task 'sort_dedup' trains on prompt_source 'random'")
+        if self.max_response_length is not None and (
+            not isinstance(self.max_response_length, int)
+            or self.max_response_length < self.prompt_length + 1
+        ):
+            raise ValueError(
+                f"max_response_length must be an int >= prompt_length + 1 = "
+                f"{self.prompt_length + 1} (longest answer plus EOS), got "
+                f"{self.max_response_length!r}"
+            )
+        eps_high = self.epsilon_high
+        if eps_high is not None and (
+            isinstance(eps_high, bool)
+            or not isinstance(eps_high, (int, float))
+            or not math.isfinite(eps_high)
+            or eps_high <= 0
+        ):
+            raise ValueError(
+                f"epsilon_high must be a positive finite number or None, got {eps_high!r}"
+            )
+
     def validate(self) -> None:
         """Raise ValueError/TypeError naming the first bad field; called before training."""
         _check_choice(self.deltas_mode, DELTA_MODES, "deltas_mode")
         _check_choice(self.loss_mode, LOSS_MODES, "loss_mode")
         _check_choice(self.kl_estimator, KL_ESTIMATORS, "kl_estimator")
         _check_choice(self.model, MODEL_NAMES, "model")
+        self._validate_response_options()
         _check_choice(self.prompt_source, PROMPT_SOURCES, "prompt_source")
         for name in (
             "num_epochs",
@@ -192,12 +249,13 @@ class TrainConfig:
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be >= 0 and finite, got {value!r}")
         if isinstance(self.reward_fn, str):
-            _check_choice(self.reward_fn, tuple(REWARD_FNS), "reward_fn")
+            names = DEDUP_REWARD_FNS if self.task == "sort_dedup" else REWARD_FNS
+            _check_choice(self.reward_fn, tuple(names), "reward_fn")
         elif not callable(self.reward_fn):
             raise TypeError(
                 f"reward_fn must be a name or callable, got {type(self.reward_fn).__name__}"
             )
-        if self.model == "transformer" and self.embedding_dim % self.num_heads:
+        if self.model in ("transformer", "autoregressive") and self.embedding_dim % self.num_heads:
             raise ValueError(
                 f"embedding_dim ({self.embedding_dim}) must be divisible by num_heads "
                 f"({self.num_heads}) for the transformer"
@@ -365,6 +423,16 @@ def _training_prompts(
 
 def build_model(config: TrainConfig) -> torch.nn.Module:
     """The policy named by ``config.model``, initialised with ``config.seed``."""
+    if config.model == "autoregressive":
+        return ar.AutoregressiveSortPolicy(
+            config.vocab_size,
+            config.prompt_length,
+            config.response_length,
+            d_model=config.embedding_dim,
+            num_layers=config.num_layers,
+            num_heads=config.num_heads,
+            seed=config.seed,
+        )
     if config.model == "lecture":
         return LectureModel(
             config.vocab_size,
@@ -383,8 +451,21 @@ def build_model(config: TrainConfig) -> torch.nn.Module:
     )
 
 
-def evaluate_greedy(model, prompts: torch.Tensor, reward_fn) -> dict[str, float]:
-    """Greedy decoding on ``prompts`` int[batch, pos]: {'exact_sort', 'mean_reward'}."""
+def evaluate_greedy(
+    model, prompts: torch.Tensor, reward_fn, task: str = "sort"
+) -> dict[str, float]:
+    """Greedy decoding on ``prompts`` int[batch, pos]: {'exact_sort', 'mean_reward'}.
+
+    task 'sort_dedup' (autoregressive policy): 'exact_sort' is the exact sorted-distinct
+    answer followed by EOS, and the reward is a ``dedup_task`` reward.
+    """
+    if task == "sort_dedup":
+        responses = ar.greedy_responses(model, prompts)  # [batch, 1, pos], eval mode inside
+        eos = model.eos_token
+        return {
+            "exact_sort": exact_dedup(prompts, responses, eos).float().mean().item(),
+            "mean_reward": compute_dedup_reward(prompts, responses, reward_fn, eos).mean().item(),
+        }
     was_training = model.training
     model.eval()
     responses = greedy_responses(model, prompts)  # [batch, 1, pos]
@@ -413,6 +494,36 @@ def _check_finite_scalar(value: torch.Tensor, what: str, epoch: int, step: int) 
             f"non-finite {what} ({value.flatten()[:4].tolist()}) at epoch {epoch}, step {step}: "
             "try a smaller learning_rate, or check the reward function"
         )
+
+
+def _sample(config: TrainConfig, model, prompts, G: int, generator):
+    """(responses int[batch, trial, pos], response mask float[...] or None for fixed length)."""
+    if config.model == "autoregressive":
+        responses = ar.sample_responses(model, prompts, G, generator=generator)
+        return responses, ar.response_mask(responses, model.eos_token)
+    return sample_responses(model, prompts, G, generator=generator), None
+
+
+def _rewards(config: TrainConfig, model, prompts, responses) -> torch.Tensor:
+    """float[batch, trial] by the task's reward function."""
+    if config.task == "sort_dedup":
+        return compute_dedup_reward(prompts, responses, config.reward_fn, model.eos_token)
+    return compute_reward(prompts, responses, config.reward_fn)
+
+
+def _kl(log_probs, ref_log_probs, estimator: str, mask) -> torch.Tensor:
+    """KL per response (sum over real tokens), mean over responses."""
+    if mask is None:
+        return compute_kl_penalty(log_probs, ref_log_probs, estimator)
+    per_token = kl_estimate(log_probs, ref_log_probs, estimator)
+    return masked_normalize(per_token, mask, float(mask.shape[0] * mask.shape[1]))
+
+
+def _entropy(model, prompts, responses, mask) -> torch.Tensor:
+    """Mean policy entropy over output positions (autoregressive: over real response tokens)."""
+    if mask is None:
+        return token_entropy(prompts, model).mean()  # mean over batch, pos
+    return masked_mean(ar.token_entropy(prompts, responses, model), mask)
 
 
 # --------------------------------------------------------------------------------------
@@ -465,13 +576,14 @@ def _run(config: TrainConfig, callback, model) -> History:
     heldout_codes = _encode(heldout, config.vocab_size)
     history.heldout_prompts = heldout
     use_ratio = config.loss_mode != "naive"
+    log_probs_fn = ar.compute_log_probs if config.model == "autoregressive" else compute_log_probs
     G = config.num_responses
     step = 0
     responses_sampled = 0
 
     def evaluate(epochs_done: int) -> bool:
         try:
-            scores = evaluate_greedy(model, heldout, config.reward_fn)
+            scores = evaluate_greedy(model, heldout, config.reward_fn, config.task)
         except ValueError as err:
             raise ValueError(f"held-out evaluation after {epochs_done} epochs: {err}") from err
         train = None
@@ -505,10 +617,10 @@ def _run(config: TrainConfig, callback, model) -> History:
         # 2. sample G responses per prompt; rewards and deltas once per epoch
         prompts = _training_prompts(config, prompt_generator, heldout_codes)  # [batch, pos]
         history.train_prompts = prompts
-        responses = sample_responses(model, prompts, G, generator=sample_generator)
+        responses, mask = _sample(config, model, prompts, G, sample_generator)  # mask: None
         responses_sampled += responses.shape[0] * G
         try:
-            rewards = compute_reward(prompts, responses, config.reward_fn)  # [batch, trial]
+            rewards = _rewards(config, model, prompts, responses)  # [batch, trial]
         except ValueError as err:
             raise ValueError(f"rewards at epoch {epoch}, step {step}: {err}") from err
         deltas = compute_deltas(rewards, config.deltas_mode)  # [batch, trial]
@@ -516,14 +628,14 @@ def _run(config: TrainConfig, callback, model) -> History:
 
         # 3. frozen log-probs of the sampling policy and of the reference model
         with torch.no_grad():
-            old_log_probs = compute_log_probs(prompts, responses, model)  # [batch, trial, pos]
+            old_log_probs = log_probs_fn(prompts, responses, model)  # [batch, trial, pos]
             ref_log_probs = None
             if config.kl_penalty > 0:
-                ref_log_probs = compute_log_probs(prompts, responses, history.ref_model)
+                ref_log_probs = log_probs_fn(prompts, responses, history.ref_model)
 
         # 4. several optimizer steps on this one batch
         for inner_step in range(config.num_steps_per_epoch):
-            log_probs = compute_log_probs(prompts, responses, model)  # [batch, trial, pos]
+            log_probs = log_probs_fn(prompts, responses, model)  # [batch, trial, pos]
             _check_finite_scalar(log_probs.detach(), "log-probs", epoch, step)
             if config.detach_old_log_probs:
                 ratio_reference = old_log_probs
@@ -534,21 +646,24 @@ def _run(config: TrainConfig, callback, model) -> History:
                 # up to float rounding, ~1e-9, which Adam would then amplify into noise;
                 # computing them once per epoch with gradients crashes at the 2nd backward.)
                 ratio_reference = log_probs
-            loss = compute_loss(
+            per_token_loss = compute_per_token_loss(
                 log_probs,
                 deltas,
                 config.loss_mode,
                 old_log_probs=ratio_reference if use_ratio else None,
                 epsilon=config.epsilon,
                 check_frozen=config.detach_old_log_probs,
-            )
+                epsilon_high=config.epsilon_high,
+            )  # [batch, trial, pos]
+            # padding after EOS never counts; fixed-length 'token_mean' is the plain mean
+            loss = aggregate_loss(per_token_loss, mask, config.loss_aggregation)
             kl_value = None
             if config.kl_penalty > 0:
-                kl = compute_kl_penalty(log_probs, ref_log_probs, config.kl_estimator)
+                kl = _kl(log_probs, ref_log_probs, config.kl_estimator, mask)
                 loss = loss + config.kl_penalty * kl
                 kl_value = kl.item()
             with torch.set_grad_enabled(config.entropy_coef > 0):
-                entropy = token_entropy(prompts, model).mean()  # mean over batch, pos
+                entropy = _entropy(model, prompts, responses, mask)
             if config.entropy_coef > 0:
                 loss = loss - config.entropy_coef * entropy
             _check_finite_scalar(loss.detach(), "loss", epoch, step)
@@ -569,11 +684,19 @@ def _run(config: TrainConfig, callback, model) -> History:
                     "mean_reward": mean_reward,
                     "kl": kl_value,
                     "clip_fraction": clip_fraction(
-                        log_probs.detach(), old_log_probs, deltas, config.epsilon
+                        log_probs.detach(),
+                        old_log_probs,
+                        deltas,
+                        config.epsilon,
+                        epsilon_high=config.epsilon_high,
+                        mask=mask,
                     ),
                     "entropy": entropy.item(),
-                    "ratio_mean": ratio.mean().item(),
+                    "ratio_mean": (ratio if mask is None else ratio[mask > 0]).mean().item(),
                     "grad_norm": grad_norm.item(),
+                    "response_length": float(responses.shape[-1])
+                    if mask is None
+                    else mask.sum(dim=-1).mean().item(),
                 }
             optimizer.step()
             history.append(record)

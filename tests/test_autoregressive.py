@@ -223,3 +223,94 @@ def test_compute_dedup_reward_checks_its_inputs():
         compute_dedup_reward(p, responses, "dedup_exact_reward", 3)
     with pytest.raises(ValueError, match="batch size"):
         compute_dedup_reward(p[:1], responses, "dedup_exact_reward", EOS)
+
+
+# ------------------------------------------------------------------ the training loop
+
+
+def ar_config(**overrides):
+    from pgrl_helpers.training import TrainConfig
+
+    settings = dict(
+        model="autoregressive",
+        task="sort_dedup",
+        prompt_source="random",
+        prompt_length=P,
+        vocab_size=V,
+        embedding_dim=32,
+        reward_fn="dedup_position_reward",
+        deltas_mode="normalized_rewards",
+        loss_mode="clipped",
+        num_responses=8,
+        prompts_per_epoch=32,
+        num_epochs=12,
+        num_steps_per_epoch=4,
+        learning_rate=3e-3,
+        eval_every=12,
+        num_eval_prompts=200,
+        seed=0,
+    )
+    settings.update(overrides)
+    return TrainConfig(**settings)
+
+
+def test_training_loop_runs_the_autoregressive_policy_and_learns():
+    from pgrl_helpers.training import run_policy_gradient
+
+    # margin: held-out greedy mean reward rises by > 0.3 (max 1) in 12 epochs;
+    # measured about -0.6 -> 0.4 (the untrained policy rambles and pays for extra tokens)
+    history = run_policy_gradient(ar_config())
+    evals = history.evals()
+    gain = evals[-1]["heldout_mean_reward"] - evals[0]["heldout_mean_reward"]
+    assert gain > 0.3, f"held-out mean reward rose by only {gain:.3f}"
+    lengths = [r["response_length"] for r in history.steps()]
+    assert all(1 <= x <= P + 2 for x in lengths)  # default max_response_length = P + 2
+    assert history.model.max_response_length == P + 2
+
+
+@pytest.mark.parametrize("aggregation", LOSS_AGGREGATIONS)
+def test_training_loop_accepts_every_aggregation_kl_and_clip_higher(aggregation):
+    from pgrl_helpers.training import run_policy_gradient
+
+    config = ar_config(
+        num_epochs=2,
+        num_steps_per_epoch=2,
+        eval_every=2,
+        loss_aggregation=aggregation,
+        kl_penalty=0.05,
+        epsilon_high=0.28,
+        max_response_length=8,
+    )
+    history = run_policy_gradient(config)
+    steps = history.steps()
+    assert len(steps) == 4 and all(s["kl"] is not None and s["kl"] >= 0 for s in steps)
+    assert steps[0]["kl"] == 0.0  # the reference is a copy of the policy at epoch 0, step 0
+
+
+def test_fixed_length_models_keep_their_loss_under_every_aggregation():
+    from pgrl_helpers.training import TrainConfig, run_policy_gradient
+
+    base = dict(num_epochs=2, num_steps_per_epoch=2, eval_every=2)
+    reference = run_policy_gradient(TrainConfig(**base))
+    for aggregation in LOSS_AGGREGATIONS:  # no padding: all three are the plain mean
+        history = run_policy_gradient(TrainConfig(**base, loss_aggregation=aggregation))
+        for a, b in zip(reference.steps(), history.steps()):
+            assert a["loss"] == pytest.approx(b["loss"], rel=1e-5, abs=1e-7)
+            assert a["response_length"] == 3.0
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(model="transformer"), "needs model 'autoregressive'"),
+        (dict(task="sort"), "only wired to 'sort_dedup'"),
+        (dict(loss_aggregation="sum"), "valid values are"),
+        (dict(epsilon_high=0.0), "epsilon_high"),
+        (dict(max_response_length=P), "max_response_length"),
+        (dict(reward_fn="sort_distance_reward"), "dedup_position_reward"),
+        (dict(task="sorted"), "valid values are"),
+    ],
+)
+def test_bad_autoregressive_configs_are_named(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        ar_config(**overrides).validate()
