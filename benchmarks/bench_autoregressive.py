@@ -31,10 +31,12 @@ from pgrl_helpers.training import (  # noqa: E402
 
 SEEDS = (0, 1, 2, 3, 4)
 GOAL = 0.95  # on the test half
-VALIDATION_TARGET = 0.97  # stopping rule, on the validation half
+VALIDATION_TARGET = 0.96  # stopping rule, on the validation half
 BUDGET_SECONDS = 60.0
 
-#: The setting of notebook 08's last section (there: 300 held-out prompts, stop at 95%).
+#: Notebook 08's last section uses G = 8 and no entropy bonus: fast for its seed, but some
+#: seeds lose a token for good (entropy collapse: e.g. the largest value is never sampled
+#: again and held-out exact sticks near 50%). G = 16 and entropy_coef 0.05 avoid it here.
 CONFIG = TrainConfig(
     model="autoregressive",
     task="sort_dedup",
@@ -49,8 +51,9 @@ CONFIG = TrainConfig(
     deltas_mode="normalized_rewards",
     loss_mode="clipped",
     loss_aggregation="token_mean",
-    num_responses=8,
+    num_responses=16,
     prompts_per_epoch=32,
+    entropy_coef=0.05,
     num_epochs=400,
     num_steps_per_epoch=4,
     learning_rate=3e-3,
@@ -101,7 +104,7 @@ def main() -> None:
     setup()
     runs = []
     for seed in SEEDS:
-        result = run(replace(CONFIG, seed=seed), max_seconds=3 * BUDGET_SECONDS)
+        result = run(replace(CONFIG, seed=seed), max_seconds=1.5 * BUDGET_SECONDS)
         result["seed"] = seed
         runs.append(result)
         print(
