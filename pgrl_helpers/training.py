@@ -130,7 +130,7 @@ class TrainConfig:
     reward_fn: str | Callable = "sort_inclusion_ordering_reward"
     """A name from ``sort_task.REWARD_FNS`` or a reward function (see ``compute_reward``)."""
     model: str = "lecture"
-    """Policy: 'lecture' (``LectureModel``) or 'transformer' (``SortTransformer``)."""
+    """Policy: 'lecture' (LectureModel), 'transformer' (SortTransformer) or 'autoregressive'."""
     embedding_dim: int = 10
     """Embedding size of LectureModel, or d_model of SortTransformer."""
     num_layers: int = 2
