@@ -135,9 +135,18 @@ def sort_inclusion_ordering_reward_batch(
 ) -> torch.Tensor:
     """Vectorised ``sort_inclusion_ordering_reward``: float32[batch, trial]."""
     _check_batch(prompts, responses)
-    # present[b, t, i] = prompt token i occurs somewhere in response (b, t)
-    present = (prompts[:, None, :, None] == responses[:, :, None, :]).any(dim=-1)
-    inclusion = present.sum(dim=-1)
+    batch, trial, pos = responses.shape
+    if responses.numel() == 0 or prompts.numel() == 0:
+        return torch.zeros(batch, trial, dtype=torch.float32)
+    if min(int(prompts.min()), int(responses.min())) < 0:
+        raise ValueError("token ids must be >= 0 (negative ids in prompts or responses)")
+    vocab = int(max(prompts.max(), responses.max())) + 1
+    # in_response[b, t, v] = token v occurs somewhere in response (b, t)
+    in_response = torch.zeros(batch, trial, vocab, dtype=torch.bool)
+    in_response.scatter_(2, responses.long(), True)
+    # inclusion[b, t] = number of prompt tokens (with repeats) found in response (b, t)
+    prompt_index = prompts.long()[:, None, :].expand(batch, trial, prompts.shape[1])
+    inclusion = in_response.gather(2, prompt_index).sum(dim=-1)
     ordering = (responses[..., :-1] <= responses[..., 1:]).sum(dim=-1)
     return (inclusion + ordering).to(torch.float32)
 
@@ -183,7 +192,8 @@ def compute_reward(
             raise ValueError(
                 f"unknown reward function {reward_fn!r}; valid names are: {', '.join(REWARD_FNS)}"
             )
-        reward_fn = REWARD_FNS[reward_fn].batched
+        # built-in rewards count matches: finite by construction, no further checks needed
+        return REWARD_FNS[reward_fn].batched(prompts, responses)
     if not callable(reward_fn):
         raise TypeError(f"reward_fn must be callable or a name, got {type(reward_fn).__name__}")
     if getattr(reward_fn, "vectorized", False):

@@ -116,3 +116,5 @@ def test_bad_inputs_raise_with_clear_messages():
         compute_reward(prompts, torch.zeros(1, 2, 3, dtype=torch.long), lambda p, r: float("nan"))
     with pytest.raises(ValueError, match="positive int"):
         make_prompts(0, 3, 5)
+    with pytest.raises(ValueError, match="negative ids"):
+        compute_reward(prompts, torch.full((1, 2, 3), -1), "sort_inclusion_ordering_reward")
