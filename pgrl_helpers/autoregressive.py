@@ -28,46 +28,13 @@ swap one module for the other.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
-from einops import einsum, rearrange, repeat
+from einops import rearrange, repeat
 from torch import nn
 
 from ._validate import check_integer, check_ndim, check_token_range
-
-
-class _CausalBlock(nn.Module):
-    """Pre-norm transformer block with causal self-attention: slot i sees slots 0 .. i."""
-
-    def __init__(self, d_model: int, num_heads: int):
-        super().__init__()
-        self.num_heads = num_heads
-        self.attention_norm = nn.LayerNorm(d_model)
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.attention_out = nn.Linear(d_model, d_model)
-        self.mlp_norm = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(
-            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x float[batch, seq, d_model] -> same shape."""
-        q, k, v = rearrange(
-            self.qkv(self.attention_norm(x)),
-            "batch seq (three head d_head) -> three batch head seq d_head",
-            three=3,
-            head=self.num_heads,
-        )
-        seq = x.shape[1]
-        scores = einsum(q, k, "batch head q d, batch head k d -> batch head q k")
-        future = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu(1)
-        scores = scores.masked_fill(future, float("-inf")) / math.sqrt(q.shape[-1])
-        weights = torch.softmax(scores, dim=-1)
-        mixed = einsum(weights, v, "batch head q k, batch head k d -> batch head q d")
-        x = x + self.attention_out(rearrange(mixed, "batch head seq d -> batch seq (head d)"))
-        return x + self.mlp(self.mlp_norm(x))
+from .models import _Block
 
 
 class AutoregressiveSortPolicy(nn.Module):
@@ -117,7 +84,9 @@ class AutoregressiveSortPolicy(nn.Module):
                 torch.manual_seed(seed)
             self.embedding = nn.Embedding(vocab_size + 2, d_model)
             self.position = nn.Parameter(torch.randn(self.max_seq_len, d_model) * 0.1)
-            self.blocks = nn.ModuleList(_CausalBlock(d_model, num_heads) for _ in range(num_layers))
+            self.blocks = nn.ModuleList(
+                _Block(d_model, num_heads, causal=True) for _ in range(num_layers)
+            )
             self.final_norm = nn.LayerNorm(d_model)
             self.unembed = nn.Linear(d_model, self.output_size)
 

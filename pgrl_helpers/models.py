@@ -93,11 +93,16 @@ Model = LectureModel
 
 
 class _Block(nn.Module):
-    """Pre-norm transformer block: x + attention(norm(x)), then x + mlp(norm(x))."""
+    """Pre-norm transformer block: x + attention(norm(x)), then x + mlp(norm(x)).
 
-    def __init__(self, d_model: int, num_heads: int):
+    ``causal=False``: every slot attends to every slot (``SortTransformer``);
+    ``causal=True``: slot i sees slots 0 .. i only (``autoregressive.AutoregressiveSortPolicy``).
+    """
+
+    def __init__(self, d_model: int, num_heads: int, causal: bool = False):
         super().__init__()
         self.num_heads = num_heads
+        self.causal = causal
         self.attention_norm = nn.LayerNorm(d_model)
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.attention_out = nn.Linear(d_model, d_model)
@@ -107,7 +112,7 @@ class _Block(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x float[batch, seq, d_model] -> same shape; every slot attends to every slot."""
+        """x float[batch, seq, d_model] -> same shape."""
         q, k, v = rearrange(
             self.qkv(self.attention_norm(x)),
             "batch seq (three head d_head) -> three batch head seq d_head",
@@ -115,7 +120,12 @@ class _Block(nn.Module):
             head=self.num_heads,
         )
         scores = einsum(q, k, "batch head q d, batch head k d -> batch head q k")
-        weights = torch.softmax(scores / math.sqrt(q.shape[-1]), dim=-1)
+        scores = scores / math.sqrt(q.shape[-1])
+        if self.causal:
+            seq = x.shape[1]
+            future = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu(1)
+            scores = scores.masked_fill(future, float("-inf"))
+        weights = torch.softmax(scores, dim=-1)
         mixed = einsum(weights, v, "batch head q k, batch head k d -> batch head q d")
         x = x + self.attention_out(rearrange(mixed, "batch head seq d -> batch seq (head d)"))
         return x + self.mlp(self.mlp_norm(x))
