@@ -116,3 +116,53 @@ def train_to_target(config, target: float = 0.99, max_seconds: float = 240.0) ->
         "num_test": len(history.heldout_prompts) - half,
         "curve": curve,
     }
+
+
+def save_seed_runs(
+    name: str,
+    runs: list[dict],
+    config,
+    *,
+    goal: float,
+    ylabel: str,
+    title: str,
+    table: str,
+    verdict: str,
+    validation_target: float,
+    budget_seconds: float | None = None,
+) -> None:
+    """Plot each seed's curve (wall seconds vs validation exact) and save JSON + PNG as ``name``.
+
+    ``runs``: one dict per seed with ``seed`` and ``curve`` = [(seconds, responses, exact), ...].
+    """
+    import matplotlib.pyplot as plt
+
+    from pgrl_helpers.training import build_model
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for r in runs:
+        ax.plot([c[0] for c in r["curve"]], [c[2] for c in r["curve"]], label=f"seed {r['seed']}")
+    ax.axhline(goal, color="gray", linestyle=":", label=f"goal {goal:.0%}")
+    if budget_seconds is not None:
+        ax.axvline(
+            budget_seconds, color="red", linestyle="--", label=f"{budget_seconds:.0f} s budget"
+        )
+    ax.set_xlabel("wall time (s, 1 CPU thread)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS_DIR / f"{name}.png", dpi=100)
+    plt.close(fig)
+    save(
+        name,
+        {
+            "config": {k: (v if not callable(v) else v.__name__) for k, v in vars(config).items()},
+            "parameters": sum(p.numel() for p in build_model(config).parameters()),
+            "runs": runs,
+            "table": table,
+            "verdict": verdict,
+            "validation_target": validation_target,
+            "goal": goal,
+        },
+    )

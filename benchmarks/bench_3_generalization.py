@@ -19,10 +19,9 @@ from dataclasses import replace
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from _common import RESULTS_DIR, markdown_table, median, save, setup, train_to_target  # noqa: E402
+from _common import markdown_table, median, save_seed_runs, setup, train_to_target  # noqa: E402
 
-from pgrl_helpers.training import TrainConfig, build_model  # noqa: E402
+from pgrl_helpers.training import TrainConfig  # noqa: E402
 
 SEEDS = (0, 1, 2)
 GOAL = 0.99  # on the test half
@@ -106,29 +105,17 @@ def main() -> None:
     )
     print(table, verdict, sep="\n")
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for r in runs:
-        ax.plot([c[0] for c in r["curve"]], [c[2] for c in r["curve"]], label=f"seed {r['seed']}")
-    ax.axhline(GOAL, color="gray", linestyle=":", label=f"goal {GOAL:.0%}")
-    ax.axvline(BUDGET_SECONDS, color="red", linestyle="--", label="60 s budget")
-    ax.set_xlabel("wall time (s, 1 CPU thread)")
-    ax.set_ylabel("greedy exact-sort, 1000 validation prompts")
-    ax.set_title("GRPO on SortTransformer: length 5, values 0-9")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(RESULTS_DIR / "generalization.png", dpi=100)
-    config = {k: (v if not callable(v) else v.__name__) for k, v in vars(CONFIG).items()}
-    save(
+    save_seed_runs(
         "generalization",
-        {
-            "config": config,
-            "parameters": sum(p.numel() for p in build_model(CONFIG).parameters()),
-            "runs": runs,
-            "table": table,
-            "verdict": verdict,
-            "validation_target": VALIDATION_TARGET,
-            "goal": GOAL,
-        },
+        runs,
+        CONFIG,
+        goal=GOAL,
+        ylabel="greedy exact-sort, 1000 validation prompts",
+        title="GRPO on SortTransformer: length 5, values 0-9",
+        table=table,
+        verdict=verdict,
+        validation_target=VALIDATION_TARGET,
+        budget_seconds=BUDGET_SECONDS,
     )
 
 

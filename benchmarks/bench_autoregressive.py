@@ -18,13 +18,11 @@ from dataclasses import replace
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from _common import RESULTS_DIR, markdown_table, median, save, setup  # noqa: E402
+from _common import markdown_table, median, save_seed_runs, setup  # noqa: E402
 
 from pgrl_helpers.dedup_task import dedup_targets  # noqa: E402
 from pgrl_helpers.training import (  # noqa: E402
     TrainConfig,
-    build_model,
     evaluate_greedy,
     run_policy_gradient,
 )
@@ -153,28 +151,16 @@ def main() -> None:
     )
     print(table, verdict, sep="\n")
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for r in runs:
-        ax.plot([c[0] for c in r["curve"]], [c[2] for c in r["curve"]], label=f"seed {r['seed']}")
-    ax.axhline(GOAL, color="gray", linestyle=":", label=f"goal {GOAL:.0%}")
-    ax.set_xlabel("wall time (s, 1 CPU thread)")
-    ax.set_ylabel("greedy exact, 300 validation prompts")
-    ax.set_title("GRPO on the autoregressive policy: sort + dedup + EOS")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(RESULTS_DIR / "autoregressive.png", dpi=100)
-    config = {k: (v if not callable(v) else v.__name__) for k, v in vars(CONFIG).items()}
-    save(
+    save_seed_runs(
         "autoregressive",
-        {
-            "config": config,
-            "parameters": sum(p.numel() for p in build_model(CONFIG).parameters()),
-            "runs": runs,
-            "table": table,
-            "verdict": verdict,
-            "validation_target": VALIDATION_TARGET,
-            "goal": GOAL,
-        },
+        runs,
+        CONFIG,
+        goal=GOAL,
+        ylabel="greedy exact, 300 validation prompts",
+        title="GRPO on the autoregressive policy: sort + dedup + EOS",
+        table=table,
+        verdict=verdict,
+        validation_target=VALIDATION_TARGET,
     )
 
 
