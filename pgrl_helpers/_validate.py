@@ -54,3 +54,10 @@ def check_same_shape(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str)
 def check_mode(mode: str, valid: tuple[str, ...], what: str) -> None:
     if mode not in valid:
         raise ValueError(f"unknown {what} {mode!r}; valid modes are: {', '.join(valid)}")
+
+
+def check_positive_ints(**values) -> None:
+    """Raise ValueError naming the first argument that is not a positive int (bools refused)."""
+    for name, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")

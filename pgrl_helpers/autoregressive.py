@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from einops import rearrange, repeat
 from torch import nn
 
-from ._validate import check_integer, check_ndim, check_token_range
+from ._validate import check_integer, check_ndim, check_positive_ints, check_token_range
 from .models import _Block
 
 
@@ -58,16 +58,14 @@ class AutoregressiveSortPolicy(nn.Module):
         seed: int | None = None,
     ):
         super().__init__()
-        for value, name in (
-            (vocab_size, "vocab_size"),
-            (prompt_length, "prompt_length"),
-            (max_response_length, "max_response_length"),
-            (d_model, "d_model"),
-            (num_layers, "num_layers"),
-            (num_heads, "num_heads"),
-        ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive_ints(
+            vocab_size=vocab_size,
+            prompt_length=prompt_length,
+            max_response_length=max_response_length,
+            d_model=d_model,
+            num_layers=num_layers,
+            num_heads=num_heads,
+        )
         if d_model % num_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
         self.vocab_size = vocab_size

@@ -15,7 +15,7 @@ import torch
 from einops import einsum, rearrange, repeat
 from torch import nn
 
-from ._validate import check_integer, check_ndim, check_token_range
+from ._validate import check_integer, check_ndim, check_positive_ints, check_token_range
 
 
 class LectureModel(nn.Module):
@@ -36,14 +36,12 @@ class LectureModel(nn.Module):
         seed: int | None = None,
     ):
         super().__init__()
-        for value, name in (
-            (vocab_size, "vocab_size"),
-            (embedding_dim, "embedding_dim"),
-            (prompt_length, "prompt_length"),
-            (response_length, "response_length"),
-        ):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive_ints(
+            vocab_size=vocab_size,
+            embedding_dim=embedding_dim,
+            prompt_length=prompt_length,
+            response_length=response_length,
+        )
         self.vocab_size = vocab_size
         self.embedding_dim = embedding_dim
         self.prompt_length = prompt_length
@@ -156,15 +154,13 @@ class SortTransformer(nn.Module):
         seed: int | None = None,
     ):
         super().__init__()
-        for value, name in (
-            (vocab_size, "vocab_size"),
-            (prompt_length, "prompt_length"),
-            (d_model, "d_model"),
-            (num_layers, "num_layers"),
-            (num_heads, "num_heads"),
-        ):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive_ints(
+            vocab_size=vocab_size,
+            prompt_length=prompt_length,
+            d_model=d_model,
+            num_layers=num_layers,
+            num_heads=num_heads,
+        )
         if d_model % num_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
         self.vocab_size = vocab_size

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ._validate import check_finite, check_integer, check_ndim, check_tensor
+from ._validate import check_finite, check_integer, check_ndim, check_positive_ints, check_tensor
 
 #: The three fixed training prompts of the lecture's experiment (vocab 5, length 3).
 LECTURE_PROMPTS: list[list[int]] = [[1, 0, 2], [3, 2, 4], [1, 2, 3]]
@@ -39,9 +39,7 @@ def make_prompts(
     ``generator`` may be a ``torch.Generator`` or an int seed; the same seed gives
     the same prompts. Values may repeat inside a prompt (sorting still has one answer).
     """
-    for value, name in ((batch, "batch"), (length, "length"), (vocab_size, "vocab_size")):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    check_positive_ints(batch=batch, length=length, vocab_size=vocab_size)
     if isinstance(generator, int):
         generator = torch.Generator().manual_seed(generator)
     return torch.randint(0, vocab_size, (batch, length), generator=generator)
