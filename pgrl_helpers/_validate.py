@@ -61,3 +61,14 @@ def check_positive_ints(**values) -> None:
     for name, value in values.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def check_prompts(prompts, vocab_size: int, prompt_length: int) -> None:
+    """Prompts a policy can take: int[batch, prompt_length], ids in 0 .. vocab_size - 1."""
+    check_ndim(prompts, 2, "prompts", "batch, pos")
+    check_integer(prompts, "prompts")
+    check_token_range(prompts, vocab_size, "prompts")
+    if prompts.shape[1] != prompt_length:
+        raise ValueError(
+            f"this model takes prompts of length {prompt_length}, got shape {list(prompts.shape)}"
+        )

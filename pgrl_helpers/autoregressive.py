@@ -33,7 +33,13 @@ import torch.nn.functional as F
 from einops import rearrange, repeat
 from torch import nn
 
-from ._validate import check_integer, check_ndim, check_positive_ints, check_token_range
+from ._validate import (
+    check_integer,
+    check_ndim,
+    check_positive_ints,
+    check_prompts,
+    check_token_range,
+)
 from .models import _Block
 
 
@@ -116,14 +122,7 @@ def _check_policy(model) -> None:
 
 
 def _check_prompts(model, prompts: torch.Tensor) -> None:
-    check_ndim(prompts, 2, "prompts", "batch, pos")
-    check_integer(prompts, "prompts")
-    check_token_range(prompts, model.vocab_size, "prompts")
-    if prompts.shape[1] != model.prompt_length:
-        raise ValueError(
-            f"this policy takes prompts of length {model.prompt_length}, got shape "
-            f"{list(prompts.shape)}"
-        )
+    check_prompts(prompts, model.vocab_size, model.prompt_length)
 
 
 def _with_separator(model, prompts: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ import torch
 from einops import einsum, rearrange, repeat
 from torch import nn
 
-from ._validate import check_integer, check_ndim, check_positive_ints, check_token_range
+from ._validate import check_positive_ints, check_prompts
 
 
 class LectureModel(nn.Module):
@@ -60,14 +60,7 @@ class LectureModel(nn.Module):
 
     def forward(self, prompts: torch.Tensor) -> torch.Tensor:
         """int[batch, pos] -> logits float[batch, response_length, vocab]."""
-        check_ndim(prompts, 2, "prompts", "batch, pos")
-        check_integer(prompts, "prompts")
-        check_token_range(prompts, self.vocab_size, "prompts")
-        if prompts.shape[1] != self.prompt_length:
-            raise ValueError(
-                f"this model takes prompts of length {self.prompt_length}, got shape "
-                f"{list(prompts.shape)}"
-            )
+        check_prompts(prompts, self.vocab_size, self.prompt_length)
         embeddings = self.embedding(prompts)  # [batch, pos, dim]
         encoded = einsum(
             embeddings, self.encode_weights, "batch pos d_in, pos d_in d_out -> batch d_out"
@@ -178,14 +171,7 @@ class SortTransformer(nn.Module):
 
     def forward(self, prompts: torch.Tensor) -> torch.Tensor:
         """int[batch, pos] -> logits float[batch, out_pos, vocab] (out_pos = pos)."""
-        check_ndim(prompts, 2, "prompts", "batch, pos")
-        check_integer(prompts, "prompts")
-        check_token_range(prompts, self.vocab_size, "prompts")
-        if prompts.shape[1] != self.prompt_length:
-            raise ValueError(
-                f"this model takes prompts of length {self.prompt_length}, got shape "
-                f"{list(prompts.shape)}"
-            )
+        check_prompts(prompts, self.vocab_size, self.prompt_length)
         batch = prompts.shape[0]
         tokens = self.embedding(prompts)  # [batch, pos, d_model]
         slots = repeat(self.query_slots, "out_pos d -> batch out_pos d", batch=batch)
