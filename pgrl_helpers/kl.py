@@ -17,6 +17,7 @@ import torch
 
 from ._validate import check_finite, check_mode, check_ndim, check_same_shape
 from .losses import MAX_LOG_RATIO
+from .masking import masked_normalize
 
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 
@@ -104,3 +105,26 @@ def policy_token_kl(prompts: torch.Tensor, model, ref_model) -> torch.Tensor:
     check_ndim(logits, 3, "model output (logits)", "batch, pos, vocab")
     check_ndim(ref_logits, 3, "ref_model output (logits)", "batch, pos, vocab")
     return categorical_kl(logits, ref_logits)
+
+
+def kl_per_response(
+    log_probs: torch.Tensor,
+    ref_log_probs: torch.Tensor,
+    estimator: str,
+    mask: torch.Tensor,
+) -> torch.Tensor:
+    """Scalar KL(policy || ref) estimate per response: sum over real tokens, mean over responses.
+
+    log_probs, ref_log_probs, mask float[batch, trial, pos]; padding (mask 0) never
+    counts. With every slot real this is exactly ``compute_kl_penalty`` (computed that way).
+    """
+    check_ndim(log_probs, 3, "log_probs", "batch, trial, pos")
+    if mask.shape != log_probs.shape:
+        raise ValueError(
+            f"mask must match log_probs: got {list(mask.shape)} and {list(log_probs.shape)}"
+        )
+    if bool((mask != 0).all()):
+        return compute_kl_penalty(log_probs, ref_log_probs, estimator)
+    per_token = kl_estimate(log_probs, ref_log_probs, estimator)
+    batch, trial, _ = log_probs.shape
+    return masked_normalize(per_token, mask, float(batch * trial))
