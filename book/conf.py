@@ -42,8 +42,8 @@ PAGE_FOLDERS = {page.split("/")[0] for page in PAGES if "/" in page}
 WIDGET_VIEW_MIMETYPE = "application/vnd.jupyter.widget-view+json"
 WIDGET_NOTE = (
     "Interactive widget: it needs a live Jupyter kernel and does not run on this static page. "
-    "The plain-function cells above show the same computation without the widget; to use the "
-    "widget, open the notebook in JupyterLab (python3 tasks.py lab) and run the cells."
+    "The plain-function cells next to it show the same computation without the widget; to use "
+    "the widget, open the notebook in JupyterLab (python3 tasks.py lab) and run the cells."
 )
 
 project = "pgrl: policy gradients for language models"
@@ -84,6 +84,7 @@ html_theme_options = {
 }
 html_context = {"default_mode": "auto"}  # an empty mode logs a console error
 html_show_sourcelink = False
+html_show_search_summary = False  # summaries fetch() pages, which browsers refuse from file://
 html_copy_source = True  # the download button offers the .ipynb
 
 

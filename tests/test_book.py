@@ -267,6 +267,9 @@ def reports(book_html, site, browser) -> dict[str, dict]:
     shot = shot or page_of(NOTEBOOKS[0])
     ARTIFACTS.mkdir(exist_ok=True)
     visitor.visit(shot)
+    plot = visitor.page.locator(".cell_output img")
+    if plot.count():  # show a plot and the math around it, not just the title
+        plot.first.scroll_into_view_if_needed()
     visitor.page.screenshot(path=str(ARTIFACTS / "book_page.png"), full_page=False)
     result["_external_requests"] = visitor.external
     visitor.page.close()
@@ -385,8 +388,9 @@ def test_no_console_errors_and_nothing_loaded_from_the_network(site, reports):
     assert (ARTIFACTS / "book_page.png").stat().st_size > 10_000
 
 
-def test_search_box_finds_a_notebook(site, browser):
-    base, _ = site
+@pytest.mark.parametrize("served", [True, False], ids=["served", "from-disk"])
+def test_search_box_finds_a_notebook(site, browser, book_html, served):
+    base = site[0] if served else book_html.resolve().as_uri()
     visitor = Visitor(browser, base)
     try:
         visitor.visit("search.html?q=REINFORCE")
@@ -396,6 +400,22 @@ def test_search_box_finds_a_notebook(site, browser):
         )
         assert any("/notebooks/" in h for h in hits), hits
         assert visitor.problems == [] and visitor.external == []
+    finally:
+        visitor.page.close()
+
+
+def test_a_notebook_page_reads_from_disk(browser, book_html):
+    """The README says: open build/book/html/index.html, no server needed."""
+    visitor = Visitor(browser, book_html.resolve().as_uri())
+    notebook = next(
+        nb for nb in NOTEBOOKS if re.search(r"\$[^$\n]+\$", markdown_source(load_notebook(nb)))
+    )
+    try:
+        assert visitor.visit("index.html", redirect_to="README.html")["problems"] == []
+        report = visitor.visit(page_of(notebook))
+        assert report["mathjax"] == "typeset" and report["leftover_math"] == []
+        assert all(i["loaded"] for i in report["images"])
+        assert report["problems"] == [] and visitor.external == []
     finally:
         visitor.page.close()
 
