@@ -55,6 +55,7 @@ HOW_TO_ENABLE = (
 )
 ARTIFACTS = ROOT / "artifacts"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+PAGE_TIMEOUT_MS = 120_000  # generous: the CPUs are shared; a page takes ~5 s under load
 
 # Text of a page with code, outputs and rendered math taken out, and whatever still looks like
 # LaTeX source in it: a formula MathJax did not typeset.
@@ -95,10 +96,11 @@ MATHJAX_DONE_JS = """async () => {
     if (!document.querySelector('script[src*="mathjax"]')) return 'no math on this page';
     const start = Date.now();
     while (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) {
-        if (Date.now() - start > 30000) return 'MathJax did not start';
+        if (Date.now() - start > 60000) return 'MathJax did not start';
         await new Promise(r => setTimeout(r, 50));
     }
     await MathJax.startup.promise;
+    await document.fonts.ready;  // MathJax's web fonts, loaded while typesetting
     return 'typeset';
 }"""
 
@@ -205,6 +207,7 @@ class Visitor:
     def __init__(self, browser, base: str):
         self.base = base
         self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.page.set_default_timeout(PAGE_TIMEOUT_MS)
         self.problems: list[str] = []
         self.external: list[str] = []
         self.page.on(
@@ -235,13 +238,16 @@ class Visitor:
 
     def visit(self, path: str, redirect_to: str | None = None) -> dict:
         """Open path (which may redirect to redirect_to) and report what the page shows."""
+        self.page.goto("about:blank")  # the last page's late events land before the reset
         self.problems.clear()
-        self.page.goto(f"{self.base}/{path}", wait_until="load", timeout=60_000)
-        if redirect_to:
-            self.page.wait_for_url(f"{self.base}/{redirect_to}", timeout=30_000)
-            self.page.wait_for_load_state("load")
-        mathjax = self.page.evaluate(MATHJAX_DONE_JS)
-        self.page.wait_for_load_state("networkidle")  # nothing left loading into the next visit
+        try:
+            self.page.goto(f"{self.base}/{path}", wait_until="load")
+            if redirect_to:
+                self.page.wait_for_url(f"{self.base}/{redirect_to}")
+                self.page.wait_for_load_state("load")
+            mathjax = self.page.evaluate(MATHJAX_DONE_JS)
+        except Exception as err:
+            raise AssertionError(f"{path}: {err}; so far: {self.problems}") from err
         report = self.page.evaluate(PAGE_REPORT_JS)
         report.update(
             url=self.page.url,
@@ -394,7 +400,7 @@ def test_search_box_finds_a_notebook(site, browser, book_html, served):
     visitor = Visitor(browser, base)
     try:
         visitor.visit("search.html?q=REINFORCE")
-        visitor.page.wait_for_selector("#search-results ul li", timeout=60_000)
+        visitor.page.wait_for_selector("#search-results ul li")
         hits = visitor.page.eval_on_selector_all(
             "#search-results ul li a", "links => links.map(a => a.href)"
         )
