@@ -158,15 +158,19 @@ CATALOGUE: dict[str, tuple[str, str, str, str]] = {
 
 @dataclass(frozen=True)
 class Evidence:
-    """One metric's values behind a finding: ``metric``, the ``epochs`` and the ``values``."""
+    """One metric's values behind a finding: ``metric``, the ``epochs`` and the ``values``.
+
+    ``axis`` names what ``epochs`` counts: 'epoch' (per-epoch means) or 'step' (single steps).
+    """
 
     metric: str
     epochs: tuple
     values: tuple
+    axis: str = "epoch"
 
     def __str__(self) -> str:
         pairs = ", ".join(f"{e}: {v:.3g}" for e, v in zip(self.epochs, self.values))
-        return f"{self.metric} by epoch {{{pairs}}}"
+        return f"{self.metric} by {self.axis} {{{pairs}}}"
 
 
 @dataclass(frozen=True)
@@ -476,10 +480,9 @@ def _grad_spike(ctx) -> list[Finding]:
         f"max grad_norm {worst['grad_norm']:.3g} (epoch {worst['epoch']}, step "
         f"{worst['step']}) = {worst['grad_norm'] / median:.0f} x the median {median:.3g}"
     )
-    epochs = [r["step"] for r in steps]
-    top = sorted(range(len(grad)), key=grad.__getitem__)[-5:]
-    spikes = Evidence("grad_norm (largest 5, by step)", tuple(epochs[i] for i in sorted(top)),
-                      tuple(grad[i] for i in sorted(top)))  # fmt: skip
+    top = sorted(sorted(range(len(grad)), key=grad.__getitem__)[-5:])
+    at = tuple(steps[i]["step"] for i in top)
+    spikes = Evidence("grad_norm (the 5 largest)", at, tuple(grad[i] for i in top), "step")
     return [_finding("grad_spike", detail, spikes)]
 
 
