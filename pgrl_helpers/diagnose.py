@@ -294,7 +294,7 @@ def _exact_progress(evals: list[dict]) -> dict | None:
 
 
 def diagnose(history) -> list[Finding]:
-    """Findings for one run's history (a list of 'step'/'eval' records), most serious first.
+    """Findings for one run's history (a list of 'step'/'eval' records), root causes first.
 
     Raises TypeError/ValueError naming the problem for an empty or malformed history.
     """
