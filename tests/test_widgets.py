@@ -7,7 +7,7 @@ import dataclasses
 import ipywidgets
 import pytest
 
-from pgrl_helpers.training import TrainConfig, run_policy_gradient
+from pgrl_helpers.training import History, TrainConfig, run_policy_gradient
 from pgrl_helpers.widgets import (
     TrainingDashboard,
     format_diagnosis,
@@ -191,3 +191,15 @@ def test_dashboard_shows_diagnose_findings_for_the_run_just_trained():
     # the plain function gives the same text without a widget
     assert "frozen_ratio" in format_diagnosis(run_policy_gradient(frozen))
     assert "frozen_ratio" not in format_diagnosis(run_policy_gradient(TINY))
+
+
+def test_format_diagnosis_explains_a_history_it_cannot_read():
+    history = History(TINY)  # a run stopped before its first optimizer step
+    history.append(
+        {"kind": "eval", "epoch": 0, "step": 0, "heldout_exact_sort": 0.0,
+         "heldout_mean_reward": 0.0}
+    )  # fmt: skip
+    text = format_diagnosis(history)
+    assert "cannot diagnose" in text and "no &#x27;step&#x27; records" in text
+    with pytest.raises(TypeError, match="expected a History"):
+        format_diagnosis([{"kind": "step"}])
