@@ -375,25 +375,12 @@ def _tied_fraction(ctx) -> list[Finding]:
 
 
 def _reward_hacking(ctx) -> list[Finding]:
-    """Proxy reward up (held-out mean reward) or train exact up, held-out exact stalled."""
+    """Train exact up (memorisation) or held-out proxy up, while held-out exact stalls."""
     exact = ctx["exact"]
     if exact is None or exact["best"] >= SOLVED or not exact["stalled"]:
         return []
     evals = [r for r in ctx["evals"] if r["heldout_exact_sort"] is not None]
     exact_ev = Evidence("heldout_exact_sort", *_pick(exact["epochs"], exact["exact"]))
-    proxy = [r["heldout_mean_reward"] for r in evals if r["heldout_mean_reward"] is not None]
-    if len(proxy) == len(evals):
-        half = len(proxy) // 2
-        gained = proxy[-1] - proxy[0] >= PROXY_GAIN_REL * _scale(proxy)
-        plateau = max(proxy[half:]) - proxy[half] < FLAT_REL * _scale(proxy)
-        if gained and plateau:
-            detail = (
-                f"held-out mean reward {proxy[0]:.3g} -> {proxy[-1]:.3g} while held-out "
-                f"exact-sort stalls at {exact['exact'][-1]:.1%} (best {exact['best']:.1%}): "
-                "the proxy rises on unseen prompts too, the goal does not"
-            )
-            proxy_ev = Evidence("heldout_mean_reward", *_pick(exact["epochs"], proxy))
-            return [_finding("reward_hacking", detail, proxy_ev, exact_ev)]
     train = [r.get("train_exact_sort") for r in evals]
     if None not in train and train[-1] - train[0] >= MEMO_TRAIN_GAIN:
         detail = (
@@ -402,7 +389,21 @@ def _reward_hacking(ctx) -> list[Finding]:
         )
         train_ev = Evidence("train_exact_sort", *_pick(exact["epochs"], train))
         return [_finding("reward_hacking", detail, train_ev, exact_ev)]
-    return []
+    proxy = [r["heldout_mean_reward"] for r in evals if r["heldout_mean_reward"] is not None]
+    if len(proxy) < len(evals):
+        return []
+    half = len(proxy) // 2
+    gained = proxy[-1] - proxy[0] >= PROXY_GAIN_REL * _scale(proxy)
+    plateau = max(proxy[half:]) - proxy[half] < FLAT_REL * _scale(proxy)
+    if not (gained and plateau):
+        return []
+    detail = (
+        f"held-out mean reward {proxy[0]:.3g} -> {proxy[-1]:.3g} while held-out "
+        f"exact-sort stalls at {exact['exact'][-1]:.1%} (best {exact['best']:.1%}): "
+        "the proxy rises on unseen prompts too, the goal does not"
+    )
+    proxy_ev = Evidence("heldout_mean_reward", *_pick(exact["epochs"], proxy))
+    return [_finding("reward_hacking", detail, proxy_ev, exact_ev)]
 
 
 def _entropy_collapse(ctx) -> list[Finding]:

@@ -17,7 +17,7 @@ from pgrl_helpers import diagnose as dg
 from pgrl_helpers.dedup_task import dedup_exact_reward
 from pgrl_helpers.diagnose import CATALOGUE, Finding, diagnose, warnings_only
 from pgrl_helpers.sort_task import exact_sort, sort_distance_reward_batch
-from pgrl_helpers.training import TrainConfig, run_policy_gradient
+from pgrl_helpers.training import TrainConfig, build_model, run_policy_gradient
 
 #: The healthy run: a small SortTransformer on random prompts of length 4, values 0-5.
 HEALTHY = TrainConfig(
@@ -162,6 +162,21 @@ def test_length_drift_from_sequence_mean_aggregation():
         if r["kind"] == "step":
             r["response_length"] = history[1]["response_length"] * (1 + 0.01 * (r["epoch"] % 3))
     assert "length_drift" not in names(diagnose(steady))
+
+
+def test_memorisation_of_the_lecture_prompts_in_a_real_run():
+    # notebook 07's tuned lecture model: sorts its 3 training prompts, no unseen ones
+    config = TrainConfig(reward_fn="sort_distance_reward", loss_mode="clipped", learning_rate=1e-2)
+    model = build_model(config)
+    with torch.no_grad():
+        model.embedding.weight.mul_(0.3)  # notebook 07's high-entropy start
+    history = run_policy_gradient(config, model=model)
+    assert history.evals()[-1]["train_exact_sort"] == 1.0
+    found = [f for f in diagnose(history) if f.name == "reward_hacking"]
+    assert found and "memorisation" in found[0].detail, [str(f) for f in diagnose(history)]
+    # the proxy-hacking run has no training-prompt metric: it gets the other explanation
+    hacked = [f for f in diagnose(run(PLANTED["reward_hacking"][0])) if f.name == "reward_hacking"]
+    assert "memorisation" not in hacked[0].detail and "proxy rises" in hacked[0].detail
 
 
 def test_memorisation_is_reported_as_reward_hacking_with_its_own_evidence():
