@@ -74,6 +74,7 @@ REQUIRED_STEP_KEYS = (
     "entropy", "ratio_mean", "grad_norm", "response_length",
 )  # fmt: skip
 OPTIONAL_STEP_KEYS = ("frac_reward_zero_std",)
+OPTIONAL_EVAL_KEYS = ("train_exact_sort",)
 REQUIRED_EVAL_KEYS = ("epoch", "step", "heldout_exact_sort", "heldout_mean_reward")
 
 #: name -> (symptom, likely causes, what to try, metric to watch: ours / TRL's name).
@@ -233,9 +234,11 @@ def _split(history) -> tuple[list[dict], list[dict]]:
         missing = [k for k in keys if k not in record]
         if missing:
             raise ValueError(f"history record {i} ({kind}) lacks the metrics {missing}")
-        for key in keys + (OPTIONAL_STEP_KEYS if kind == "step" else ()):
+        for key in keys + (OPTIONAL_STEP_KEYS if kind == "step" else OPTIONAL_EVAL_KEYS):
             if key in record:
-                nullable = key in ("kl", "heldout_mean_reward", "frac_reward_zero_std")
+                nullable = (
+                    key in ("kl", "heldout_mean_reward") + OPTIONAL_STEP_KEYS + OPTIONAL_EVAL_KEYS
+                )
                 _check_number(record[key], key, f"record {i}", nullable)
         (steps if kind == "step" else evals).append(record)
     if not steps:
@@ -262,7 +265,7 @@ def _scale(values: list[float]) -> float:
     return max([abs(v) for v in values] + [1e-12])
 
 
-def _pick(epochs: list, values: list, n: int = 6) -> Evidence:
+def _pick(epochs: list, values: list, n: int = 6) -> tuple[tuple, tuple]:
     """Up to n evenly spaced (epoch, value) pairs, first and last included."""
     idx = sorted({round(i * (len(values) - 1) / max(1, n - 1)) for i in range(n)})
     return tuple(epochs[i] for i in idx), tuple(values[i] for i in idx)

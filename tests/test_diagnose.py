@@ -229,3 +229,7 @@ def test_non_finite_metric_is_named():
     history[3]["entropy"] = math.nan
     with pytest.raises(ValueError, match="record 3: metric 'entropy' must be a finite number"):
         diagnose(history)
+    history = copy.deepcopy(list(run(HEALTHY)))
+    history[0]["train_exact_sort"] = "all"  # an eval record
+    with pytest.raises(ValueError, match="record 0: metric 'train_exact_sort'"):
+        diagnose(history)
