@@ -11,7 +11,7 @@ Where things live (one module per concept):
 * ``exact``      - enumerate every response of a small policy: exact E[R], exact gradients,
                    exact moments of G-sample estimates
 * ``training``   - ``TrainConfig``, ``run_policy_gradient`` (the one training loop), ``METRICS``
-* ``memory``     - bytes held by policy / old policy / reference / value model (GRPO vs PPO)
+* ``memory``     - bytes per line of a GRPO / PPO step: policy, reference, value and reward models, caches
 * ``widgets``    - the training dashboard (``make_dashboard``) on top of ``run_policy_gradient``
 * ``autoregressive``, ``masking``, ``dedup_task`` - token-by-token policy, response masks,
                    loss aggregations, a variable-length task (notebook 08)
