@@ -56,3 +56,21 @@ def optimal_baselines(probs, scores, rewards) -> dict[str, torch.Tensor]:
         "b_grad_pi": weighted(sq_pi, "p"),
         "b_star_state": weighted(sq, "bp"),
     }
+
+
+def group_moments(probs, scores, rewards, group_size: int, mode: str):
+    """Exact mean float[P] and variance float[P] of g_hat with a *group* baseline.
+
+    ``mode`` 'group_mean' (GRPO: R_i - mean of the group) or 'leave_one_out' (RLOO), computed
+    per prompt by ``exact.group_estimate_moments`` (every ordered group of ``group_size``
+    responses), then averaged over the batch like ``estimate_moments``.
+    """
+    from .exact import group_estimate_moments
+
+    num_prompts = probs.shape[0]
+    moments = [
+        group_estimate_moments(probs[s], scores[s], rewards[s], group_size, mode)
+        for s in range(num_prompts)
+    ]
+    mean = torch.stack([m for m, _ in moments]).mean(dim=0)
+    return mean, torch.stack([v for _, v in moments]).sum(dim=0) / num_prompts**2

@@ -56,3 +56,14 @@ def test_plain_reinforce_improves_a_zero_one_reward():
     assert history["p_correct"][-1] > history["p_correct"][0]
     with pytest.raises(ValueError, match="num_steps"):
         plain_reinforce(model, torch.tensor([[1, 0, 2]]), zero_one, 0, 32, 0.3, torch.Generator())
+
+
+def test_group_moments_rloo_unbiased_and_grpo_shrunk_by_g_minus_1_over_g(tables):
+    from pgrl_helpers.baselines import group_moments
+
+    probs, scores, rewards, exact = tables
+    mean_loo, var_loo = group_moments(probs, scores, rewards, 2, "leave_one_out")
+    mean_grpo, var_grpo = group_moments(probs, scores, rewards, 2, "group_mean")
+    torch.testing.assert_close(mean_loo, exact)
+    torch.testing.assert_close(mean_grpo, exact / 2)
+    torch.testing.assert_close(var_grpo, var_loo / 4)
