@@ -16,7 +16,8 @@ Where things live (one module per concept):
                    held-out key), Policy (sample, log-probs, entropy, greedy), Rollout (one
                    epoch's batch); rollout sources and batch filters live in ``rollout``
 * ``history``    - ``METRICS``, ``History``, ``history_columns``
-* ``memory``     - bytes held by policy / old policy / reference / value model (GRPO vs PPO)
+* ``memory``     - bytes per line of a GRPO / PPO step: policy, reference, value and reward models, caches
+* ``diagnose``, ``symptoms`` - ``diagnose(history)``: findings from a run's metrics; the catalogue
 * ``widgets``    - the training dashboard (``make_dashboard``) on top of ``run_policy_gradient``
 * ``autoregressive``, ``masking``, ``dedup_task`` - token-by-token policy, response masks,
                    loss aggregations, a variable-length task (notebook 08)
