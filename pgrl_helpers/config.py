@@ -77,11 +77,11 @@ class TrainConfig:
     eval_every: int = 10
     """Evaluate on the held-out prompts every this many epochs (also before and at the end)."""
     num_eval_prompts: int | None = None
-    """Size of the held-out set (None: min(1000, a quarter of all possible prompts))."""
+    """Prompts in each held-out set, validation and test (None: see ``heldout_size``)."""
     eval_seed: int = 12345
     """Seed of the held-out prompt set: the same for every training seed."""
     target_heldout_exact_sort: float | None = None
-    """Stop early once held-out greedy exact-sort reaches this fraction (None: never)."""
+    """Stop once greedy exact-sort on the VALIDATION set reaches this (None: never); never test."""
     detach_old_log_probs: bool = True
     """True: old log-probs frozen under no_grad. False reproduces the freeze pitfall."""
     progress: bool = False
@@ -225,11 +225,13 @@ class TrainConfig:
                 f"vocab_size**prompt_length = {space} is too large to index prompts; "
                 "use shorter prompts or a smaller vocabulary"
             )
-        if self.num_eval_prompts is not None and self.num_eval_prompts > space // 2:
+        keys = self.build_task().num_keys()
+        if self.heldout_size < 1 or 2 * self.heldout_size > keys // 2:
             raise ValueError(
-                f"num_eval_prompts {self.num_eval_prompts} is more than half of the {space} "
-                f"possible prompts (length {self.prompt_length}, vocab {self.vocab_size}); "
-                f"training needs prompts it can use: choose <= {space // 2}"
+                f"num_eval_prompts {self.heldout_size} per held-out set (validation and test, "
+                f"one prompt per key) needs {2 * self.heldout_size} of the task's {keys} "
+                "distinct keys, which is more than half of them; training needs keys it can "
+                f"use: choose num_eval_prompts between 1 and {keys // 4}"
             )
         if self.target_heldout_exact_sort is not None and not (
             0 < self.target_heldout_exact_sort <= 1
@@ -248,10 +250,18 @@ class TrainConfig:
 
     @property
     def heldout_size(self) -> int:
-        """Number of held-out prompts actually used."""
+        """Prompts in each of the validation and test sets (one per held-out key).
+
+        Default: with the lecture's fixed prompts, min(1000, a quarter of all prompts);
+        with random prompts, min(500, a tenth of the task's keys) each, so validation and
+        test together hold out a fifth of the keys (multisets for 'sort').
+        """
         if self.num_eval_prompts is not None:
             return self.num_eval_prompts
-        return min(1000, self.vocab_size**self.prompt_length // 4)
+        keys = self.build_task().num_keys()
+        if self.prompt_source == "lecture":
+            return min(1000, keys // 4)
+        return min(500, keys // 10)
 
     def build_task(self):
         """The ``Task`` of this run (``sort_task.SortTask`` or ``dedup_task.SortDedupTask``)."""

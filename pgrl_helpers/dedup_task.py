@@ -23,6 +23,7 @@ Rewards (vectorised, no Python loop; float32[batch, trial]):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -179,6 +180,24 @@ class SortDedupTask(PromptTask):
         super().__init__(prompt_length, vocab_size)
         self.reward_fn = reward_fn
         self.eos_token = vocab_size
+
+    def prompt_key(self, prompts: torch.Tensor) -> torch.Tensor:
+        """int64[batch]: the *set* of distinct values, as a bit mask (sum of 2**value).
+
+        The answer (sorted distinct values, EOS) depends on nothing else, so a policy that
+        saw some ordering or multiplicity of these values has seen the answer. Holding out
+        by this key is stricter than by multiset or by ordering.
+        """
+        if prompts.ndim != 2:
+            raise ValueError(f"prompts must have shape [batch, pos], got {list(prompts.shape)}")
+        present = torch.zeros(prompts.shape[0], self.vocab_size, dtype=torch.long)
+        present.scatter_(1, prompts.long(), 1)
+        return (present * 2 ** torch.arange(self.vocab_size)).sum(dim=-1)
+
+    def num_keys(self) -> int:
+        """Distinct keys: non-empty sets of at most prompt_length of the vocab_size values."""
+        top = min(self.prompt_length, self.vocab_size)
+        return sum(math.comb(self.vocab_size, k) for k in range(1, top + 1))
 
     def reward(self, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
         """float32[batch, trial] by ``reward_fn``."""

@@ -27,8 +27,12 @@ METRICS: dict[str, str] = {
     "grad_norm": "L2 norm of the gradient of the loss over all parameters",
     "response_length": "mean tokens per sampled response, EOS included (fixed: prompt_length)",
     "responses_sampled": "number of responses sampled so far (epochs x prompts x G)",
-    "heldout_exact_sort": "fraction of held-out prompts the greedy policy sorts exactly",
-    "heldout_mean_reward": "mean reward of the greedy responses on the held-out prompts",
+    "heldout_exact_sort": "fraction of VALIDATION prompts (held-out keys) answered exactly, "
+    "greedy; the only number the stopping rule reads",
+    "heldout_mean_reward": "mean reward of the greedy responses on the validation prompts",
+    "test_exact_sort": "fraction of TEST prompts (held-out keys, disjoint from validation) "
+    "answered exactly, greedy; logged for reporting, never read by the stopping rule",
+    "test_mean_reward": "mean reward of the greedy responses on the test prompts",
     "train_exact_sort": "fraction of the lecture's training prompts sorted greedily (else None)",
 }
 
@@ -55,6 +59,8 @@ EVAL_KEYS = (
     "heldout_exact_sort",
     "heldout_mean_reward",
     "train_exact_sort",
+    "test_exact_sort",
+    "test_mean_reward",
 )
 
 
@@ -63,8 +69,12 @@ class History(list):
 
     Attributes: ``config``, ``model`` (the policy being trained), ``ref_model`` (the
     current frozen reference, or None), ``ref_refresh_epochs`` (epochs at which the
-    reference was refreshed), ``heldout_prompts`` int[n, pos], ``train_prompts``
-    (the lecture prompts, or the last random batch), ``stop_reason`` (None, 'callback'
+    reference was refreshed), ``heldout_prompts`` int[n, pos] (the validation set),
+    ``test_prompts`` int[n, pos] (the test set, disjoint from validation by key),
+    ``heldout_keys`` int64[2n] (the task's keys of both sets), ``train_prompts`` (the
+    lecture prompts, or the last random batch), ``num_train_prompts`` (prompts trained on,
+    all epochs), ``train_prompts_with_heldout_key`` (how many of those had a held-out key:
+    0 by construction, counted so anyone can verify it), ``stop_reason`` (None, 'callback'
     or 'target').
     """
 
@@ -75,8 +85,18 @@ class History(list):
         self.ref_model = None
         self.ref_refresh_epochs: list[int] = []
         self.heldout_prompts: torch.Tensor | None = None
+        self.test_prompts: torch.Tensor | None = None
+        self.heldout_keys: torch.Tensor | None = None
         self.train_prompts: torch.Tensor | None = None
+        self.num_train_prompts = 0
+        self.train_prompts_with_heldout_key = 0
         self.stop_reason: str | None = None
+
+    def record_training_prompts(self, prompts: torch.Tensor, keys: torch.Tensor) -> None:
+        """Keep the epoch's prompts int[batch, pos] and count those whose key is held out."""
+        self.train_prompts = prompts
+        self.num_train_prompts += prompts.shape[0]
+        self.train_prompts_with_heldout_key += int(torch.isin(keys, self.heldout_keys).sum())
 
     def steps(self) -> list[dict]:
         """The step records."""

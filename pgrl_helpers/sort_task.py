@@ -16,6 +16,7 @@ Each reward comes in two forms:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -246,6 +247,25 @@ class SortTask(PromptTask):
     ):
         super().__init__(prompt_length, vocab_size, fixed_prompts)
         self.reward_fn = reward_fn
+
+    def prompt_key(self, prompts: torch.Tensor) -> torch.Tensor:
+        """int64[batch]: the multiset of the prompt (its sorted values), encoded.
+
+        The answer depends only on the multiset, and ``SortTransformer`` cannot tell two
+        orderings of one multiset apart (it ignores prompt order by design): to it a prompt
+        is unseen only if its multiset is. With ``fixed_prompts`` (the lecture's 3) nothing
+        is sampled from the prompt distribution and the position-aware ``LectureModel``
+        reads the order, so there the key is the ordered prompt, as it always was.
+        """
+        if self.fixed_prompts is not None:
+            return super().prompt_key(prompts)
+        return super().prompt_key(prompts.sort(dim=-1).values)
+
+    def num_keys(self) -> int:
+        """Distinct keys: C(vocab + length - 1, length) multisets (ordered: vocab**length)."""
+        if self.fixed_prompts is not None:
+            return super().num_keys()
+        return math.comb(self.vocab_size + self.prompt_length - 1, self.prompt_length)
 
     def reward(self, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
         """float32[batch, trial] by ``reward_fn``."""

@@ -11,8 +11,10 @@ values 0 .. vocab_size - 1, and the set of prompts kept out of training is defin
 * ``reward(prompts, responses)`` -> float32[batch, trial],
 * ``exact(prompts, responses)`` -> bool[batch, trial] (the right answer, exactly),
 
-and may override ``prompt_key``: two prompts with the same key count as "the same
-prompt" for held-out purposes. The base key is the prompt itself (its ordering).
+and may override ``prompt_key`` (and ``num_keys``): two prompts with the same key count as
+"the same prompt" for held-out purposes, so a held-out key never appears in a training
+batch. Choose the key by what the policy could memorise: what it cannot tell apart, or what
+the answer depends on. The base key is the prompt itself (its ordering).
 """
 
 from __future__ import annotations
@@ -79,27 +81,63 @@ class PromptTask:
         """int64[n, prompt_length], values uniform in 0 .. vocab_size - 1."""
         return torch.randint(0, self.vocab_size, (n, self.prompt_length), generator=generator)
 
-    def heldout_prompts(self, n: int, seed: int) -> torch.Tensor:
-        """``n`` distinct prompts int64[n, pos] drawn with ``seed``, never among ``fixed_prompts``."""
-        length, vocab = self.prompt_length, self.vocab_size
-        space = vocab**length
-        generator = torch.Generator().manual_seed(seed)
-        excluded = set()
-        if self.fixed_prompts is not None:
-            excluded = set(encode_prompts(self.fixed_prompts, vocab).tolist())
+    def num_keys(self) -> int:
+        """How many distinct held-out keys exist (here: every ordering is its own key)."""
+        return self.vocab_size**self.prompt_length
+
+    def _candidates(self, generator: torch.Generator):
+        """Prompts int64[k, pos] in a seeded random order, chunk by chunk, without repeats."""
+        space = self.vocab_size**self.prompt_length
         if space <= PERMUTATION_LIMIT:
             order = torch.randperm(space, generator=generator)
-            keep = [c for c in order[: n + len(excluded)].tolist() if c not in excluded][:n]
-            codes = torch.tensor(keep, dtype=torch.long)
+            for start in range(0, space, 4096):
+                yield decode_prompts(
+                    order[start : start + 4096], self.prompt_length, self.vocab_size
+                )
         else:
-            chosen: dict[int, None] = {}
-            while len(chosen) < n:
-                draw = torch.randint(0, space, (2 * n,), generator=generator).tolist()
-                for c in draw:
-                    if c not in excluded and len(chosen) < n:
-                        chosen[c] = None
-            codes = torch.tensor(list(chosen), dtype=torch.long)
-        return decode_prompts(codes, length, vocab)
+            seen: set[int] = set()
+            while True:
+                draw = torch.randint(0, space, (4096,), generator=generator).tolist()
+                fresh = [c for c in dict.fromkeys(draw) if c not in seen]
+                seen.update(fresh)
+                yield decode_prompts(torch.tensor(fresh), self.prompt_length, self.vocab_size)
+
+    def heldout_split(self, sizes: tuple[int, ...], seed: int) -> list[torch.Tensor]:
+        """Held-out sets int64[n_i, pos], one per size, disjoint *by key* and drawn with ``seed``.
+
+        Each set takes one prompt per key, the first new keys met in a seeded random order
+        of all prompts, skipping the keys of ``fixed_prompts``. Sets come in order (the
+        first is the validation set, the second the test set), so the first set does not
+        depend on the sizes of the later ones. Training must avoid every key returned
+        (``training_prompts`` redraws any prompt that has one).
+        """
+        total = sum(sizes)
+        if any(not isinstance(n, int) or n < 1 for n in sizes):
+            raise ValueError(f"held-out set sizes must be positive ints, got {sizes}")
+        excluded = set()
+        if self.fixed_prompts is not None:
+            excluded = set(self.prompt_key(self.fixed_prompts).tolist())
+        if total > self.num_keys() - len(excluded):
+            raise ValueError(
+                f"held-out sets of {total} distinct keys requested, but this task has only "
+                f"{self.num_keys()} keys ({len(excluded)} used by the fixed training prompts)"
+            )
+        generator = torch.Generator().manual_seed(seed)
+        chosen: list[torch.Tensor] = []
+        seen = set(excluded)
+        for chunk in self._candidates(generator):
+            for prompt, key in zip(chunk, self.prompt_key(chunk).tolist()):
+                if key not in seen:
+                    seen.add(key)
+                    chosen.append(prompt)
+                    if len(chosen) == total:
+                        stacked = torch.stack(chosen)
+                        return list(torch.split(stacked, list(sizes)))
+        raise AssertionError("unreachable: the key count was checked above")
+
+    def heldout_prompts(self, n: int, seed: int) -> torch.Tensor:
+        """The first held-out set of ``heldout_split`` (the validation set): int64[n, pos]."""
+        return self.heldout_split((n,), seed)[0]
 
     def training_prompts(
         self, n: int, generator: torch.Generator, excluded_keys: torch.Tensor

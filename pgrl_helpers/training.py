@@ -55,6 +55,7 @@ __all__ = [
     "evaluate_greedy",
     "history_columns",
     "make_heldout_prompts",
+    "make_heldout_split",
     "run_policy_gradient",
 ]
 
@@ -93,8 +94,11 @@ def _train(config: TrainConfig, callback, policy) -> History:
     policy.train()
     history = History(config)
     history.model = policy
-    history.heldout_prompts = task.heldout_prompts(config.heldout_size, config.eval_seed)
-    heldout_keys = task.prompt_key(history.heldout_prompts)
+    # held out by content: validation (the stopping rule) and test, disjoint by key
+    sizes = (config.heldout_size, config.heldout_size)
+    history.heldout_prompts, history.test_prompts = task.heldout_split(sizes, config.eval_seed)
+    heldout_keys = task.prompt_key(torch.cat([history.heldout_prompts, history.test_prompts]))
+    history.heldout_keys = heldout_keys
     source = ROLLOUT_SOURCES[config.rollout_source](policy, config)
     batch_filter = BATCH_FILTERS[config.batch_filter]
     estimate_deltas = ADVANTAGE_ESTIMATORS[config.advantage_estimator]
@@ -116,7 +120,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
 
         # 2. sample G responses per prompt; score them once
         prompts = task.training_prompts(config.batch_prompts, prompt_generator, heldout_keys)
-        history.train_prompts = prompts  # [batch, prompt_pos]
+        history.record_training_prompts(prompts, task.prompt_key(prompts))  # [batch, pos]
         responses, mask = source.sample(prompts, config.num_responses, sample_generator)
         counters["responses_sampled"] += responses.shape[0] * responses.shape[1]
         try:
@@ -228,6 +232,7 @@ def _evaluate(history, task, config, epochs_done, step, responses_sampled) -> bo
     """Append an eval record; True if the stopping target is reached."""
     try:
         scores = evaluate_greedy(history.model, history.heldout_prompts, task)
+        test = evaluate_greedy(history.model, history.test_prompts, task)  # never read below
     except ValueError as err:
         raise ValueError(f"held-out evaluation after {epochs_done} epochs: {err}") from err
     train = None
@@ -242,9 +247,11 @@ def _evaluate(history, task, config, epochs_done, step, responses_sampled) -> bo
             "heldout_exact_sort": scores["exact_sort"],
             "heldout_mean_reward": scores["mean_reward"],
             "train_exact_sort": train,
+            "test_exact_sort": test["exact_sort"],
+            "test_mean_reward": test["mean_reward"],
         }
     )
-    target = config.target_heldout_exact_sort
+    target = config.target_heldout_exact_sort  # the stopping rule reads validation only
     return target is not None and scores["exact_sort"] >= target
 
 
@@ -275,8 +282,15 @@ def build_model(config: TrainConfig) -> torch.nn.Module:
 
 
 def make_heldout_prompts(config: TrainConfig) -> torch.Tensor:
-    """The run's held-out prompts int64[n, prompt_length] (drawn with ``config.eval_seed``)."""
+    """The run's validation prompts int64[n, prompt_length] (drawn with ``config.eval_seed``)."""
     return config.build_task().heldout_prompts(config.heldout_size, config.eval_seed)
+
+
+def make_heldout_split(config: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """The run's (validation, test) prompts: disjoint by the task's key, never trained on."""
+    sizes = (config.heldout_size, config.heldout_size)
+    validation, test = config.build_task().heldout_split(sizes, config.eval_seed)
+    return validation, test
 
 
 def _encode(prompts: torch.Tensor, vocab_size: int) -> torch.Tensor:

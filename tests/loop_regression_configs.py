@@ -118,6 +118,8 @@ def record(name: str) -> dict:
         "stop_reason": history.stop_reason,
         "ref_refresh_epochs": list(history.ref_refresh_epochs),
         "heldout_prompts": history.heldout_prompts.tolist(),
+        "test_prompts": history.test_prompts.tolist(),
+        "train_prompts_with_heldout_key": history.train_prompts_with_heldout_key,
         "train_prompts": history.train_prompts.tolist(),
         "param_sum": float(sum(p.sum() for p in params)),
         "param_sq_sum": float(sum((p * p).sum() for p in params)),
