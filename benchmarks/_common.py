@@ -73,47 +73,52 @@ def median(values: list[float]) -> float:
 
 
 def train_to_target(config, target: float = 0.99, max_seconds: float = 240.0) -> dict:
-    """Run GRPO until greedy exact-sort on a validation set reaches ``target``.
+    """Run GRPO until greedy exact-sort on the loop's VALIDATION set reaches ``target``.
 
-    ``config.num_eval_prompts`` held-out prompts (never trained on) are split in two
-    halves: the run stops when the *validation* half reaches ``target`` (checked every
-    ``config.eval_every`` epochs by a callback); the *test* half is scored once at the
-    end, so the reported rate is not the one the stopping rule looked at. Wall time
-    covers everything from the call to the stop, evaluations included.
+    The loop holds out validation and test prompts by the task's key (for 'sort' with random
+    prompts: the multiset), so no training batch contains a validation or test multiset.
+    The stopping rule is the loop's own (``target_heldout_exact_sort``, validation only);
+    the reported ``test_exact_sort`` is the test set's score at the stop, a set the rule
+    never reads. ``largest_drop_after_target`` is the largest fall of validation exact-sort
+    below its value when it first reached the target (0 when the run stops at the target).
+    Wall time covers everything from the call to the stop, evaluations included.
     """
-    from pgrl_helpers.training import evaluate_greedy, run_policy_gradient
+    from dataclasses import replace
 
-    curve = []  # (seconds, responses sampled, validation exact-sort)
+    from pgrl_helpers.training import run_policy_gradient
+
+    config = replace(config, target_heldout_exact_sort=target)
     start = time.perf_counter()
-    state = {"reached": False}
-
-    def callback(epoch, history):
-        if (epoch + 1) % config.eval_every:
-            return False
-        half = len(history.heldout_prompts) // 2
-        score = evaluate_greedy(history.model, history.heldout_prompts[:half], config.reward_fn)
-        sampled = (epoch + 1) * config.batch_prompts * config.num_responses
-        curve.append((time.perf_counter() - start, sampled, score["exact_sort"]))
-        if score["exact_sort"] >= target:
-            state["reached"] = True
-            return "stop"
-        return time.perf_counter() - start > max_seconds
-
-    history = run_policy_gradient(config, callback=callback)
+    history = run_policy_gradient(
+        config, callback=lambda epoch, history: time.perf_counter() - start > max_seconds
+    )
     seconds = time.perf_counter() - start
-    half = len(history.heldout_prompts) // 2
-    test = evaluate_greedy(history.model, history.heldout_prompts[half:], config.reward_fn)
-    epochs = history.steps()[-1]["epoch"] + 1
+    evals = history.evals()
+    per_response = config.batch_prompts * config.num_responses
+    curve = [  # (responses sampled, validation exact, test exact)
+        (e["responses_sampled"], e["heldout_exact_sort"], e["test_exact_sort"]) for e in evals
+    ]
+    first = next((i for i, e in enumerate(evals) if e["heldout_exact_sort"] >= target), None)
+    drop = 0.0
+    if first is not None:
+        drop = max(
+            evals[first]["heldout_exact_sort"] - e["heldout_exact_sort"] for e in evals[first:]
+        )
+    epochs = evals[-1]["epoch"]
+    assert history.train_prompts_with_heldout_key == 0
     return {
-        "reached": state["reached"],
+        "reached": history.stop_reason == "target",
         "seconds": seconds,
         "epochs": epochs,
-        "responses_sampled": epochs * config.batch_prompts * config.num_responses,
+        "responses_sampled": epochs * per_response,
         "prompts_seen": epochs * config.batch_prompts,
-        "validation_exact_sort": curve[-1][2] if curve else None,
-        "test_exact_sort": test["exact_sort"],
-        "num_validation": half,
-        "num_test": len(history.heldout_prompts) - half,
+        "validation_exact_sort": evals[-1]["heldout_exact_sort"],
+        "test_exact_sort": evals[-1]["test_exact_sort"],
+        "largest_drop_after_target": drop,
+        "num_validation": len(history.heldout_prompts),
+        "num_test": len(history.test_prompts),
+        "train_prompts_with_heldout_key": history.train_prompts_with_heldout_key,
+        "final_response_length": history.steps()[-1]["response_length"],
         "curve": curve,
     }
 
@@ -133,7 +138,7 @@ def save_seed_runs(
 ) -> None:
     """Plot each seed's curve (wall seconds vs validation exact) and save JSON + PNG as ``name``.
 
-    ``runs``: one dict per seed with ``seed`` and ``curve`` = [(seconds, responses, exact), ...].
+    ``runs``: one dict per seed with ``seed`` and ``curve`` = [(responses, validation, test), ...].
     """
     import matplotlib.pyplot as plt
 
@@ -141,13 +146,9 @@ def save_seed_runs(
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for r in runs:
-        ax.plot([c[0] for c in r["curve"]], [c[2] for c in r["curve"]], label=f"seed {r['seed']}")
+        ax.plot([c[0] for c in r["curve"]], [c[1] for c in r["curve"]], label=f"seed {r['seed']}")
     ax.axhline(goal, color="gray", linestyle=":", label=f"goal {goal:.0%}")
-    if budget_seconds is not None:
-        ax.axvline(
-            budget_seconds, color="red", linestyle="--", label=f"{budget_seconds:.0f} s budget"
-        )
-    ax.set_xlabel("wall time (s, 1 CPU thread)")
+    ax.set_xlabel("responses sampled")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend()

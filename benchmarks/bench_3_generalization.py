@@ -23,9 +23,9 @@ from _common import markdown_table, median, save_seed_runs, setup, train_to_targ
 
 from pgrl_helpers.training import TrainConfig  # noqa: E402
 
-SEEDS = (0, 1, 2)
-GOAL = 0.99  # on the test half
-VALIDATION_TARGET = 0.995  # stopping rule, on the validation half
+SEEDS = (0, 1, 2, 3, 4)
+GOAL = 0.99  # median test exact-sort on unseen multisets
+VALIDATION_TARGET = 0.995  # stopping rule, on the validation multisets
 BUDGET_SECONDS = 60.0
 
 #: The tuned GRPO setting (see RESULTS.md for what else was tried).
@@ -48,7 +48,7 @@ CONFIG = TrainConfig(
     epsilon=0.2,
     kl_penalty=0.0,
     eval_every=5,
-    num_eval_prompts=2000,
+    num_eval_prompts=200,  # 200 validation + 200 test multisets of 2002: a fifth held out
 )
 
 
@@ -73,7 +73,8 @@ def main() -> None:
         "wall time (s)",
         "epochs",
         "sampled responses",
-        "test exact-sort (1000 unseen prompts)",
+        "test exact-sort (200 unseen multisets)",
+        "largest drop after target",
     ]
     rows = [
         [
@@ -83,6 +84,7 @@ def main() -> None:
             r["epochs"],
             r["responses_sampled"],
             f"{r['test_exact_sort']:.3f}",
+            f"{r['largest_drop_after_target']:.3f}",
         ]
         for r in runs
     ]
@@ -91,16 +93,30 @@ def main() -> None:
     rows.append(
         [
             "median",
-            f"{sum(r['reached'] for r in runs)}/3",
+            f"{sum(r['reached'] for r in runs)}/{len(runs)}",
             f"{med_seconds:.1f}",
             median([r["epochs"] for r in runs]),
             median([r["responses_sampled"] for r in runs]),
             f"{med_test:.3f}",
+            f"{median([r['largest_drop_after_target'] for r in runs]):.3f}",
+        ]
+    )
+    worst = min(runs, key=lambda r: r["test_exact_sort"])
+    rows.append(
+        [
+            f"worst (seed {worst['seed']})",
+            "yes" if worst["reached"] else "no",
+            f"{worst['seconds']:.1f}",
+            worst["epochs"],
+            worst["responses_sampled"],
+            f"{worst['test_exact_sort']:.3f}",
+            f"{max(r['largest_drop_after_target'] for r in runs):.3f} (max)",
         ]
     )
     table = markdown_table(headers, rows)
     verdict = (
-        f"goal (median test exact-sort >= {GOAL:.0%} within {BUDGET_SECONDS:.0f} s): "
+        f"goal (median test exact-sort on unseen multisets >= {GOAL:.0%} within "
+        f"{BUDGET_SECONDS:.0f} s): "
         f"{'met' if med_test >= GOAL and med_seconds <= BUDGET_SECONDS else 'NOT met'}"
     )
     print(table, verdict, sep="\n")
@@ -110,12 +126,11 @@ def main() -> None:
         runs,
         CONFIG,
         goal=GOAL,
-        ylabel="greedy exact-sort, 1000 validation prompts",
+        ylabel="greedy exact-sort, 200 validation multisets",
         title="GRPO on SortTransformer: length 5, values 0-9",
         table=table,
         verdict=verdict,
         validation_target=VALIDATION_TARGET,
-        budget_seconds=BUDGET_SECONDS,
     )
 
 

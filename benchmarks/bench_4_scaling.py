@@ -27,10 +27,9 @@ from bench_3_generalization import CONFIG  # noqa: E402
 
 from pgrl_helpers.sort_task import make_prompts, sorted_responses  # noqa: E402
 from pgrl_helpers.training import (  # noqa: E402
-    _encode,
     build_model,
     evaluate_greedy,
-    make_heldout_prompts,
+    make_heldout_split,
 )
 
 LENGTHS = (3, 4, 5, 6)
@@ -42,9 +41,7 @@ SFT_CHECK_EVERY = 10  # optimizer steps between validation checks
 
 
 def grpo_config(length: int, seed: int):
-    return replace(
-        CONFIG, prompt_length=length, seed=seed, num_eval_prompts=min(2000, 10**length // 2)
-    )
+    return replace(CONFIG, prompt_length=length, seed=seed, num_eval_prompts=None)
 
 
 def train_sft(config, target: float = TARGET, max_seconds: float = MAX_SECONDS) -> dict:
@@ -53,15 +50,15 @@ def train_sft(config, target: float = TARGET, max_seconds: float = MAX_SECONDS) 
     start = time.perf_counter()
     model = build_model(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
-    heldout = make_heldout_prompts(config)
-    heldout_codes = _encode(heldout, config.vocab_size)
-    half = len(heldout) // 2
+    task = config.build_task()
+    validation, test_prompts = make_heldout_split(config)  # the GRPO runs' split, by multiset
+    heldout_keys = task.prompt_key(torch.cat([validation, test_prompts]))
     generator = torch.Generator().manual_seed(config.seed)
     steps, reached, score = 0, False, 0.0
     while time.perf_counter() - start < max_seconds:
         prompts = make_prompts(SFT_BATCH, config.prompt_length, config.vocab_size, generator)
-        keep = ~torch.isin(_encode(prompts, config.vocab_size), heldout_codes)
-        prompts = prompts[keep]  # never train on a held-out prompt
+        keep = ~torch.isin(task.prompt_key(prompts), heldout_keys)
+        prompts = prompts[keep]  # never train on a held-out multiset
         logits = model(prompts)  # [batch, pos, vocab]
         loss = F.cross_entropy(logits.flatten(0, 1), sorted_responses(prompts).flatten())
         optimizer.zero_grad()
@@ -69,11 +66,11 @@ def train_sft(config, target: float = TARGET, max_seconds: float = MAX_SECONDS) 
         optimizer.step()
         steps += 1
         if steps % SFT_CHECK_EVERY == 0:
-            score = evaluate_greedy(model, heldout[:half], config.reward_fn)["exact_sort"]
+            score = evaluate_greedy(model, validation, task)["exact_sort"]
             if score >= target:
                 reached = True
                 break
-    test = evaluate_greedy(model, heldout[half:], config.reward_fn)["exact_sort"]
+    test = evaluate_greedy(model, test_prompts, task)["exact_sort"]
     return {
         "reached": reached,
         "seconds": time.perf_counter() - start,
