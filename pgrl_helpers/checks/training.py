@@ -14,28 +14,35 @@ from ._core import (
 # Exercise: pick a training configuration that reaches a held-out target
 # --------------------------------------------------------------------------------------
 
-#: The training exercise: greedy exact-sort rate on the held-out prompts to reach ...
+#: The training exercise: greedy exact-sort on the held-out TEST multisets to reach, after the
+#: run stopped on the validation multisets reaching the same rate ...
 TRAINING_TARGET = 0.8
 #: ... within this many sampled responses (epochs x prompts per epoch x G).
-TRAINING_BUDGET = 20_000
-#: The task is fixed: the lecture's prompt length and vocabulary, and the default held-out set.
-TRAINING_TASK = {"prompt_length": 3, "vocab_size": 5, "eval_seed": 12345, "num_eval_prompts": None}
+TRAINING_BUDGET = 40_000
+#: The task is fixed: length 4, values 0-5, and the held-out sets (with random prompts: 10
+#: validation + 10 test multisets of the 126, never trained on). At the lecture's length 3 and
+#: vocabulary 5 there are only 35 multisets: too few to learn sorting from (measured: 38-50%
+#: on unseen multisets within 38k responses).
+TRAINING_TASK = {"prompt_length": 4, "vocab_size": 6, "eval_seed": 12345, "num_eval_prompts": 10}
 
 _training_cache: dict[str, tuple[float, int, str]] = {}
 
 
 def _training_outcome(config) -> tuple[float, int, str]:
-    """(best held-out exact-sort, responses sampled when reached/at the end, stop reason)."""
+    """(test exact-sort at the stop, responses sampled by then, stop reason).
+
+    The run stops when the *validation* set reaches the target (the loop's stopping rule);
+    the verdict reads the *test* set at that moment, which the stopping rule never saw.
+    """
     from ..training import run_policy_gradient
 
     key = repr(config)
     if key not in _training_cache:
         history = run_policy_gradient(config)
-        evals = history.evals()
-        best = max(evals, key=lambda r: r["heldout_exact_sort"])
+        last = history.evals()[-1]
         _training_cache[key] = (
-            best["heldout_exact_sort"],
-            best["responses_sampled"],
+            last["test_exact_sort"],
+            last["responses_sampled"],
             str(history.stop_reason),
         )
     return _training_cache[key]
@@ -73,11 +80,12 @@ def check_training_config(fn: Callable, *, seed: int | None = None, strict: bool
         run = replace(config, target_heldout_exact_sort=TRAINING_TARGET, progress=False)
         if seed is not None:
             run = replace(run, seed=config.seed + seed)
-        best, responses, _ = _training_outcome(run)
+        best, responses, stop = _training_outcome(run)
         seed_note = "" if seed is None else f" (rerun with seed {run.seed})"
-        if best >= TRAINING_TARGET:
+        if stop == "target" and best >= TRAINING_TARGET:
             return (
-                f"held-out greedy exact-sort {best:.0%} >= {TRAINING_TARGET:.0%} after "
+                f"greedy exact-sort on the unseen test multisets {best:.0%} >= "
+                f"{TRAINING_TARGET:.0%} when validation reached the target, after "
                 f"{responses:,} sampled responses (budget {TRAINING_BUDGET:,}){seed_note}"
             )
         hints = []
@@ -96,8 +104,9 @@ def check_training_config(fn: Callable, *, seed: int | None = None, strict: bool
                 "detach_old_log_probs=False is the freeze pitfall: the ratio has no gradient"
             )
         raise _Failed(
-            f"best held-out greedy exact-sort was {best:.0%}, below the target "
-            f"{TRAINING_TARGET:.0%}{seed_note}"
+            f"greedy exact-sort on the unseen test multisets was {best:.0%} at the end "
+            f"(stop: {stop}), the target is {TRAINING_TARGET:.0%} after validation reaches it"
+            f"{seed_note}"
             + (
                 "; " + "; ".join(hints)
                 if hints
