@@ -17,7 +17,9 @@ Checked against TRL 1.16.0 (``trl/trainer/grpo_trainer.py`` and ``grpo_config.py
   when ``use_bias_correction_kl=True``, the 1.16 default);
 * aggregation: ``grpo`` mean per sequence then over sequences, ``bnpo`` mean over the
   tokens of the local batch, ``dapo`` mean over the tokens of the global batch,
-  ``dr_grpo`` sum / (sequences x max_completion_length).
+  ``dr_grpo`` sum / (sequences x max_completion_length) (masking.py's three aggregations);
+* entropy bonus: ``loss -= entropy_coef * H`` with H the mean entropy over the real
+  completion tokens, whatever ``loss_type`` (``GRPOConfig.entropy_coef``).
 
 Shapes: prompts int[batch, pos] (our convention), TRL's flat rows are
 ``batch * G`` completions, prompt ``i`` repeated G times in a row.
@@ -63,10 +65,23 @@ TRL_ONLY_SCALE_REWARDS: dict[str, str] = {
     "batch": "divide by the std of the whole batch instead of each group's (PPO-Lite)",
 }
 
-#: Our loss is the mean over every token of the batch: TRL's global token mean.
-DEFAULT_LOSS_TYPE = "dapo"
-#: loss_type values whose aggregation equals our token mean for fixed-length completions.
-TOKEN_MEAN_LOSS_TYPES: tuple[str, ...] = ("dapo", "bnpo", "grpo")
+#: Our ``loss_aggregation`` -> TRL's ``loss_type`` with the same aggregation (masking.py).
+AGGREGATION_TO_LOSS_TYPE: dict[str, str] = {
+    "token_mean": "dapo",  # sum over real tokens / real tokens of the (global) batch
+    "sequence_mean": "grpo",  # mean over each completion's tokens, then over completions
+    "constant_normalizer": "dr_grpo",  # token sum / (completions x max_completion_length)
+}
+#: The default aggregation's loss type (our lecture loss: the mean over every token).
+DEFAULT_LOSS_TYPE = AGGREGATION_TO_LOSS_TYPE["token_mean"]
+#: loss_type values that equal our aggregation, besides the one above: ``bnpo`` divides by the
+#: tokens of the LOCAL batch, which is the token mean on one process with one micro-batch.
+EQUIVALENT_LOSS_TYPES: dict[str, tuple[str, ...]] = {
+    "token_mean": ("dapo", "bnpo"),
+    "sequence_mean": ("grpo",),
+    "constant_normalizer": ("dr_grpo",),
+}
+#: Every loss_type the mapping may produce; for fixed-length responses they all agree.
+LOSS_TYPES: tuple[str, ...] = ("dapo", "bnpo", "grpo", "dr_grpo")
 
 #: Special tokens of the word-level sort tokenizer (ids 0, 1, 2, 3 in this order).
 PAD_TOKEN, EOS_TOKEN, UNK_TOKEN, SEP_TOKEN = "<pad>", "<eos>", "<unk>", ":"
@@ -78,6 +93,7 @@ _MAPPED_FIELDS = (
     "loss_mode",
     "epsilon",
     "kl_penalty",
+    "entropy_coef",
     "kl_estimator",
     "compute_ref_model_period",
     "num_epochs",
@@ -125,11 +141,16 @@ def scale_rewards_for(deltas_mode: str) -> str:
 
 
 def loss_kwargs_for(
-    loss_mode: str, epsilon: float, num_steps_per_epoch: int, loss_type: str = DEFAULT_LOSS_TYPE
+    loss_mode: str,
+    epsilon: float,
+    num_steps_per_epoch: int,
+    loss_type: str = DEFAULT_LOSS_TYPE,
+    epsilon_high: float | None = None,
 ) -> dict[str, Any]:
     """``loss_type`` / ``epsilon`` / ``epsilon_high`` for one of our loss modes.
 
-    * ``clipped``: the same clip on both sides, epsilon_high = epsilon;
+    * ``clipped``: TRL's clip ``clip(ratio, 1 - epsilon, 1 + epsilon_high)``; our
+      ``epsilon_high`` (clip-higher, DAPO) maps to TRL's, None meaning ``epsilon`` (symmetric);
     * ``unclipped``: the clip range opened to [0, inf) (epsilon = 1, epsilon_high = inf),
       so ``clip(ratio)`` is ``ratio`` and the loss is exactly ``-ratio * A``;
     * ``naive`` (``-logp * A``) has no TRL form: TRL always uses the ratio. With one step
@@ -151,28 +172,72 @@ def loss_kwargs_for(
     if loss_mode == "clipped":
         if not 0 < epsilon < 1:
             raise ValueError(f"epsilon must lie in (0, 1) for the clipped loss, got {epsilon}")
-        return {"loss_type": loss_type, "epsilon": float(epsilon), "epsilon_high": float(epsilon)}
+        if epsilon_high is not None and not (
+            isinstance(epsilon_high, (int, float)) and 0 < epsilon_high < math.inf
+        ):
+            raise ValueError(f"epsilon_high must be a positive finite number, got {epsilon_high}")
+        high = epsilon if epsilon_high is None else epsilon_high
+        return {"loss_type": loss_type, "epsilon": float(epsilon), "epsilon_high": float(high)}
     return {"loss_type": loss_type, "epsilon": 1.0, "epsilon_high": math.inf}
+
+
+def loss_type_for(
+    loss_aggregation: str, variable_length: bool, loss_type: str | None = None
+) -> str:
+    """TRL's ``loss_type`` that aggregates per-token losses like our ``loss_aggregation``.
+
+    token_mean -> dapo, sequence_mean -> grpo, constant_normalizer -> dr_grpo (see
+    ``AGGREGATION_TO_LOSS_TYPE``; the masking module's formulas are TRL's, read from
+    ``GRPOTrainer._compute_loss``). A ``loss_type`` given explicitly is accepted when it
+    aggregates the same: one of ``EQUIVALENT_LOSS_TYPES[loss_aggregation]``, or any of
+    ``LOSS_TYPES`` when every response has the same length (then all of them are the plain
+    token mean); otherwise ValueError.
+    """
+    if loss_aggregation not in AGGREGATION_TO_LOSS_TYPE:
+        raise ValueError(
+            f"unknown loss_aggregation {loss_aggregation!r}; valid values are: "
+            f"{', '.join(AGGREGATION_TO_LOSS_TYPE)}"
+        )
+    if loss_type is None:
+        return AGGREGATION_TO_LOSS_TYPE[loss_aggregation]
+    same = LOSS_TYPES if not variable_length else EQUIVALENT_LOSS_TYPES[loss_aggregation]
+    if loss_type not in same:
+        raise ValueError(
+            f"loss_type {loss_type!r} does not aggregate like loss_aggregation "
+            f"{loss_aggregation!r}"
+            + (" for variable-length responses" if variable_length else "")
+            + f"; use one of {', '.join(same)} (or leave loss_type None)"
+        )
+    return loss_type
 
 
 def kl_kwargs_for(
     kl_penalty: float,
     kl_estimator: str,
-    prompt_length: int,
+    max_completion_length: int,
     compute_ref_model_period: int | None,
     num_steps_per_epoch: int,
+    loss_type: str = DEFAULT_LOSS_TYPE,
+    variable_length: bool = False,
 ) -> dict[str, Any]:
     """``beta`` and the reference-sync arguments for our KL settings.
 
-    Our loss adds ``kl_penalty * compute_kl_penalty``: the KL summed over the response's
-    positions, then averaged over responses. TRL adds ``beta * k3`` to every token before
-    its token mean, so with responses of ``prompt_length`` tokens
-    ``beta = kl_penalty * prompt_length``. TRL only has k3 (in our direction,
-    KL(policy || ref)); ``use_bias_correction_kl`` is turned off because ours does not
-    multiply the KL by the ratio. Our reference refresh (a copy of the policy every
-    ``compute_ref_model_period`` epochs) is TRL's ``sync_ref_model`` with
-    ``ref_model_mixup_alpha=1`` (a full copy) every ``period * num_steps_per_epoch``
-    optimizer steps.
+    Our loss adds ``kl_penalty x`` the KL of each response (k3 summed over its real
+    tokens), averaged over responses: kl_penalty * sum_it k3_it / N. TRL adds
+    ``beta * k3`` to every token's loss and then aggregates by ``loss_type``:
+
+    * fixed length T (every response has max_completion_length = T tokens): every
+      loss_type gives beta * sum_it k3_it / (N T), so ``beta = kl_penalty * T``;
+    * variable length: only ``dr_grpo`` divides by a constant, beta * sum_it k3_it /
+      (N * max_completion_length), so ``beta = kl_penalty * max_completion_length``;
+      ``dapo`` / ``bnpo`` divide by the batch's token count and ``grpo`` by each
+      response's own length, which no constant beta reproduces: ValueError.
+
+    TRL only has k3 (in our direction, KL(policy || ref)); ``use_bias_correction_kl`` is
+    turned off because ours does not multiply the KL by the ratio. Our reference refresh
+    (a copy of the policy every ``compute_ref_model_period`` epochs) is TRL's
+    ``sync_ref_model`` with ``ref_model_mixup_alpha=1`` (a full copy) every
+    ``period * num_steps_per_epoch`` optimizer steps.
     """
     if kl_estimator not in KL_ESTIMATORS:
         raise ValueError(
@@ -188,8 +253,18 @@ def kl_kwargs_for(
             "always k3 = r - 1 - log r with r = pi_ref / pi (an estimate of KL(policy || ref)); "
             "use kl_estimator='k3'"
         )
+    if variable_length and loss_type != "dr_grpo":
+        divisor = "each response's length" if loss_type == "grpo" else "the batch's token count"
+        raise ValueError(
+            f"kl_penalty > 0 with variable-length responses and loss_type {loss_type!r} has no "
+            "GRPOTrainer equivalent: our KL term is each response's KL summed over its tokens, "
+            "averaged over responses, while TRL adds beta * KL to every token and then divides "
+            f"by {divisor}, so no constant beta matches when lengths differ. Use loss_aggregation="
+            "'constant_normalizer' (TRL's dr_grpo, beta = kl_penalty x max_completion_length) "
+            "or kl_penalty=0"
+        )
     kwargs: dict[str, Any] = {
-        "beta": float(kl_penalty) * prompt_length,
+        "beta": float(kl_penalty) * max_completion_length,
         "use_bias_correction_kl": False,
         "sync_ref_model": False,
     }
@@ -202,14 +277,37 @@ def kl_kwargs_for(
     return kwargs
 
 
-def grpo_config_kwargs(config: Any, loss_type: str = DEFAULT_LOSS_TYPE, **overrides) -> dict:
+def _variable_length(config: Any) -> bool:
+    """True when responses may have different lengths (the autoregressive sort_dedup task)."""
+    return _get(config, "task", "sort") == "sort_dedup" or _get(config, "model") == "autoregressive"
+
+
+def response_length(config: Any) -> int:
+    """Most tokens per response, EOS included: TRL's ``max_completion_length``.
+
+    prompt_length for the fixed-length sort task; for the autoregressive policy its
+    ``max_response_length`` (None: prompt_length + 2, as ``TrainConfig.response_length``).
+    """
+    if not isinstance(config, dict) and hasattr(config, "response_length"):
+        return int(config.response_length)
+    length = int(_get(config, "prompt_length"))
+    if not _variable_length(config):
+        return length
+    value = _get(config, "max_response_length")
+    return length + 2 if value is None else int(value)
+
+
+def grpo_config_kwargs(config: Any, loss_type: str | None = None, **overrides) -> dict:
     """Keyword arguments for ``trl.GRPOConfig`` that reproduce ``config`` (a ``TrainConfig``).
 
-    ``config`` may also be a plain dict with the same field names. Raises ValueError,
-    naming the setting and why, for anything GRPOTrainer cannot reproduce (delta modes
-    rewards / max_rewards / loo_rewards, naive loss with several steps per batch, KL
-    estimators other than k3, ``detach_old_log_probs=False``). ``overrides`` (e.g.
-    ``output_dir``, ``report_to``) are added last and win.
+    ``config`` may also be a plain dict with the same field names. ``loss_type`` is taken
+    from ``config.loss_aggregation`` (see ``loss_type_for``); pass one only to choose an
+    equivalent (e.g. ``bnpo``). Raises ValueError, naming the setting and why, for anything
+    GRPOTrainer cannot reproduce (delta modes rewards / max_rewards / loo_rewards, naive loss
+    with several steps per batch, KL estimators other than k3, a KL penalty on
+    variable-length responses unless aggregated by a constant, ``detach_old_log_probs=False``,
+    a ``max_completion_length`` override that breaks ``dr_grpo``'s constant). ``overrides``
+    (e.g. ``output_dir``, ``report_to``) are added last and win.
 
     Not mapped (TRL takes them elsewhere): ``reward_fn`` (pass ``sort_reward_func``),
     ``model`` / ``embedding_dim`` (TRL needs a causal LM: ``build_tiny_gpt2``),
@@ -220,11 +318,6 @@ def grpo_config_kwargs(config: Any, loss_type: str = DEFAULT_LOSS_TYPE, **overri
     missing = [name for name in _MAPPED_FIELDS if _get(config, name) is None]
     if missing:
         raise ValueError(f"config lacks the field(s) {', '.join(missing)}")
-    if loss_type not in TOKEN_MEAN_LOSS_TYPES:
-        raise ValueError(
-            f"loss_type {loss_type!r} does not aggregate like our compute_loss (a mean over every "
-            f"token); use one of {', '.join(TOKEN_MEAN_LOSS_TYPES)}"
-        )
     if _get(config, "detach_old_log_probs", True) is False:
         raise ValueError(
             "detach_old_log_probs=False (the freeze pitfall) has no GRPOTrainer equivalent: TRL "
@@ -234,17 +327,36 @@ def grpo_config_kwargs(config: Any, loss_type: str = DEFAULT_LOSS_TYPE, **overri
     group = int(_get(config, "num_responses"))
     if group < 2:
         raise ValueError(f"GRPOTrainer needs num_responses (G) >= 2, got {group}")
-    length = int(_get(config, "prompt_length"))
+    entropy_coef = _get(config, "entropy_coef")
+    if not (isinstance(entropy_coef, (int, float)) and 0 <= entropy_coef < math.inf):
+        raise ValueError(f"entropy_coef must be >= 0 and finite, got {entropy_coef!r}")
+    variable = _variable_length(config)
+    aggregation = _get(config, "loss_aggregation", "token_mean")
+    loss_type = loss_type_for(aggregation, variable, loss_type)
+    max_length = response_length(config)
     kwargs: dict[str, Any] = {
         "scale_rewards": scale_rewards_for(_get(config, "deltas_mode")),
-        **loss_kwargs_for(_get(config, "loss_mode"), _get(config, "epsilon"), steps, loss_type),
+        **loss_kwargs_for(
+            _get(config, "loss_mode"),
+            _get(config, "epsilon"),
+            steps,
+            loss_type,
+            _get(config, "epsilon_high"),
+        ),
         **kl_kwargs_for(
             _get(config, "kl_penalty"),
             _get(config, "kl_estimator"),
-            length,
+            max_length,
             _get(config, "compute_ref_model_period"),
             steps,
+            loss_type,
+            variable,
         ),
+        # TRL 1.16's entropy bonus: loss -= entropy_coef x the mean entropy over the real
+        # completion tokens, whatever loss_type, as our loop's; static, on every token
+        "entropy_coef": float(entropy_coef),
+        "use_adaptive_entropy": False,
+        "top_entropy_quantile": 1.0,
         "num_iterations": steps,
         "num_generations": group,
         # one generation batch = one epoch: all its prompts x G, used for `steps` steps
@@ -252,7 +364,10 @@ def grpo_config_kwargs(config: Any, loss_type: str = DEFAULT_LOSS_TYPE, **overri
         "gradient_accumulation_steps": 1,
         "steps_per_generation": 1,
         "max_steps": int(_get(config, "num_epochs")) * steps,
-        "max_completion_length": length,
+        # most tokens per completion, EOS included; dr_grpo's constant normaliser
+        "max_completion_length": max_length,
+        # a completion cut at the maximum length still counts, as in our loop
+        "mask_truncated_completions": False,
         "learning_rate": float(_get(config, "learning_rate")),
         "seed": int(_get(config, "seed")),
         # our loop: plain Adam (AdamW with no weight decay), constant rate, no grad clipping
@@ -270,19 +385,29 @@ def grpo_config_kwargs(config: Any, loss_type: str = DEFAULT_LOSS_TYPE, **overri
         "disable_dropout": True,
     }
     kwargs.update(overrides)
+    if kwargs["max_completion_length"] != max_length and (
+        kwargs["loss_type"] == "dr_grpo" or kwargs["beta"] > 0
+    ):
+        raise ValueError(
+            f"max_completion_length={kwargs['max_completion_length']} overrides the response "
+            f"length {max_length}: TRL's dr_grpo divides by max_completion_length and beta was "
+            f"scaled by {max_length}, so the loss would no longer be ours"
+        )
     return kwargs
 
 
-def mapping_table(config: Any, loss_type: str = DEFAULT_LOSS_TYPE) -> list[tuple[str, str, str]]:
+def mapping_table(config: Any, loss_type: str | None = None) -> list[tuple[str, str, str]]:
     """Rows (our setting, TRL argument(s), note) for ``config``; raises like ``grpo_config_kwargs``."""
     kw = grpo_config_kwargs(config, loss_type)
-    length = int(_get(config, "prompt_length"))
+    length = kw["max_completion_length"]
     kl_args = f"beta={kw['beta']:g}"
     if kw["sync_ref_model"]:
         kl_args += (
             f", sync_ref_model=True, ref_model_mixup_alpha=1, "
             f"ref_model_sync_steps={kw['ref_model_sync_steps']}"
         )
+    epsilon_high = _get(config, "epsilon_high")
+    aggregation = _get(config, "loss_aggregation", "token_mean")
     return [
         (
             f"deltas_mode={_get(config, 'deltas_mode')!r}",
@@ -290,15 +415,34 @@ def mapping_table(config: Any, loss_type: str = DEFAULT_LOSS_TYPE) -> list[tuple
             "advantage = reward - group mean (divided by group std + 1e-4 for 'group')",
         ),
         (
-            f"loss_mode={_get(config, 'loss_mode')!r}, epsilon={_get(config, 'epsilon')}",
-            f"loss_type={kw['loss_type']!r}, epsilon={kw['epsilon']:g}, "
-            f"epsilon_high={kw['epsilon_high']:g}",
-            "token mean over the batch, like compute_loss",
+            f"loss_mode={_get(config, 'loss_mode')!r}, epsilon={_get(config, 'epsilon')}, "
+            f"epsilon_high={epsilon_high}",
+            f"epsilon={kw['epsilon']:g}, epsilon_high={kw['epsilon_high']:g}",
+            "clip(ratio, 1 - epsilon, 1 + epsilon_high); epsilon_high None = epsilon",
+        ),
+        (
+            f"loss_aggregation={aggregation!r}",
+            f"loss_type={kw['loss_type']!r}",
+            {
+                "token_mean": "sum over real tokens / real tokens of the global batch",
+                "sequence_mean": "mean over each completion's tokens, then over completions",
+                "constant_normalizer": "token sum / (completions x max_completion_length)",
+            }[aggregation],
+        ),
+        (
+            f"response_length={length} (task={_get(config, 'task', 'sort')!r})",
+            f"max_completion_length={length}",
+            "most tokens per completion, EOS included",
         ),
         (
             f"kl_penalty={_get(config, 'kl_penalty')}, kl_estimator={_get(config, 'kl_estimator')!r}",
             kl_args,
-            f"k3, KL(policy || ref); beta = kl_penalty x {length} (we sum KL over positions)",
+            f"k3, KL(policy || ref); beta = kl_penalty x {length} (we sum KL over a response)",
+        ),
+        (
+            f"entropy_coef={_get(config, 'entropy_coef')}",
+            f"entropy_coef={kw['entropy_coef']:g}",
+            "loss -= coef x mean entropy over the real completion tokens",
         ),
         (
             f"num_steps_per_epoch={_get(config, 'num_steps_per_epoch')}",
@@ -467,18 +611,25 @@ def sort_reward_func(
 # --------------------------------------------------------------------------------------
 
 
-def completion_log_probs(model, prompt_ids: torch.Tensor, completion_ids: torch.Tensor):
+def completion_log_probs(
+    model, prompt_ids: torch.Tensor, completion_ids: torch.Tensor, with_entropy: bool = False
+):
     """Per-token log-probs of the completion tokens, float[rows, completion_pos].
 
     prompt_ids int[rows, prompt_pos] (no padding), completion_ids int[rows, completion_pos].
     The token at completion position t is predicted by the logits at input position
-    prompt_pos + t - 1.
+    prompt_pos + t - 1. ``with_entropy=True`` also returns the entropy (nats) of each of
+    those next-token distributions, float[rows, completion_pos] (what TRL's entropy bonus
+    averages).
     """
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     logits = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).logits
     logits = logits[:, prompt_ids.shape[1] - 1 : -1]  # [rows, completion_pos, vocab]
     log_probs = torch.log_softmax(logits.float(), dim=-1)
-    return log_probs.gather(-1, completion_ids[..., None]).squeeze(-1)
+    taken = log_probs.gather(-1, completion_ids[..., None]).squeeze(-1)
+    if not with_entropy:
+        return taken
+    return taken, -(log_probs.exp() * log_probs).sum(dim=-1)
 
 
 def trl_loss_inputs(
@@ -487,12 +638,15 @@ def trl_loss_inputs(
     advantages: torch.Tensor,
     old_log_probs: torch.Tensor,
     ref_log_probs: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
-    """The inputs dict that ``GRPOTrainer._compute_loss`` reads, for full-length completions.
+    """The inputs dict that ``GRPOTrainer._compute_loss`` reads.
 
     Our shapes: prompt_ids int[batch, trial, prompt_pos] (each prompt repeated over trial),
     completion_ids int[batch, trial, pos], advantages float[batch, trial], old_log_probs /
-    ref_log_probs float[batch, trial, pos]. TRL's rows are (batch trial) flattened.
+    ref_log_probs float[batch, trial, pos], mask (the response mask, 1 up to and including
+    EOS) float[batch, trial, pos] or None for full-length completions. TRL's rows are
+    (batch trial) flattened; ``num_items_in_batch`` is the number of real tokens.
     """
     rows = completion_ids.shape[0] * completion_ids.shape[1]
     if advantages.shape != completion_ids.shape[:2]:
@@ -500,15 +654,23 @@ def trl_loss_inputs(
             f"advantages must be [batch, trial] = {list(completion_ids.shape[:2])}, "
             f"got {list(advantages.shape)}"
         )
+    if mask is None:
+        mask = torch.ones_like(completion_ids)
+    if mask.shape != completion_ids.shape:
+        raise ValueError(
+            f"mask must be [batch, trial, pos] = {list(completion_ids.shape)}, "
+            f"got {list(mask.shape)}"
+        )
     completion_ids = completion_ids.reshape(rows, -1)
+    completion_mask = mask.reshape(rows, -1).long()
     inputs = {
         "prompt_ids": prompt_ids.reshape(rows, -1),
         "prompt_mask": torch.ones_like(prompt_ids.reshape(rows, -1)),
         "completion_ids": completion_ids,
-        "completion_mask": torch.ones_like(completion_ids),
+        "completion_mask": completion_mask,
         "advantages": advantages.reshape(rows).float(),
         "old_per_token_logps": old_log_probs.reshape(rows, -1).detach(),
-        "num_items_in_batch": torch.tensor(float(completion_ids.numel())),
+        "num_items_in_batch": completion_mask.sum().float(),
     }
     if ref_log_probs is not None:
         inputs["ref_per_token_logps"] = ref_log_probs.reshape(rows, -1).detach()
