@@ -14,6 +14,8 @@ Shapes: prompts int[batch, pos] (our convention), TRL's flat rows are
 
 from __future__ import annotations
 
+import itertools
+import random
 from collections.abc import Callable, Sequence
 
 import torch
@@ -77,6 +79,34 @@ def parse_prompt(text: str) -> list[int]:
     if not head or not all(w.isascii() and w.isdigit() for w in head):
         raise ValueError(f"not a sort prompt like '3 1 4 :': {text!r}")
     return [int(w) for w in head]
+
+
+def content_split(
+    length: int, vocab_size: int, seed: int = 0, n_test: int = 7, n_val: int = 7
+) -> dict[str, torch.Tensor]:
+    """Every prompt int[n, length], split by content: {'train', 'val', 'test'}.
+
+    A prompt's content is its multiset of values (``[2, 0, 2]`` and ``[0, 2, 2]`` share
+    one): the multisets are shuffled with ``seed``, the first ``n_test`` go to 'test', the
+    next ``n_val`` to 'val', the rest to 'train', each with all their orderings. A model
+    scored on 'test' has never been trained on any ordering of those values.
+    """
+    multisets = list(itertools.combinations_with_replacement(range(vocab_size), length))
+    if n_test + n_val >= len(multisets):
+        raise ValueError(
+            f"n_test + n_val = {n_test + n_val} leaves no training content out of "
+            f"{len(multisets)} multisets (length {length}, vocab_size {vocab_size})"
+        )
+    random.Random(seed).shuffle(multisets)
+    groups = {
+        "test": multisets[:n_test],
+        "val": multisets[n_test : n_test + n_val],
+        "train": multisets[n_test + n_val :],
+    }
+    return {
+        name: torch.tensor(sorted({p for m in sets for p in itertools.permutations(m)}))
+        for name, sets in groups.items()
+    }
 
 
 def build_sort_tokenizer(vocab_size: int):

@@ -377,3 +377,16 @@ def test_evaluate_greedy_lm_scores_a_random_model():
     assert model.training  # restored
     with pytest.raises(ValueError, match="batch, pos"):
         tb.evaluate_greedy_lm(model, tok, prompts[0])
+
+
+def test_content_split_is_disjoint_by_multiset_and_complete():
+    split = tb.content_split(3, 5, seed=0, n_test=7, n_val=7)
+    keys = {
+        name: {tuple(sorted(p)) for p in prompts.tolist()} for name, prompts in split.items()
+    }
+    assert len(keys["test"]) == len(keys["val"]) == 7 and len(keys["train"]) == 35 - 14
+    assert not keys["test"] & keys["train"] and not keys["val"] & keys["train"]
+    assert not keys["test"] & keys["val"]
+    assert sum(len(p) for p in split.values()) == 5**3  # every prompt, once
+    with pytest.raises(ValueError, match="no training content"):
+        tb.content_split(2, 2, n_test=2, n_val=1)
