@@ -381,9 +381,7 @@ def test_evaluate_greedy_lm_scores_a_random_model():
 
 def test_content_split_is_disjoint_by_multiset_and_complete():
     split = tb.content_split(3, 5, seed=0, n_test=7, n_val=7)
-    keys = {
-        name: {tuple(sorted(p)) for p in prompts.tolist()} for name, prompts in split.items()
-    }
+    keys = {name: {tuple(sorted(p)) for p in prompts.tolist()} for name, prompts in split.items()}
     assert len(keys["test"]) == len(keys["val"]) == 7 and len(keys["train"]) == 35 - 14
     assert not keys["test"] & keys["train"] and not keys["val"] & keys["train"]
     assert not keys["test"] & keys["val"]
