@@ -22,7 +22,8 @@ Where things live (one module per concept):
 * ``autoregressive``, ``masking``, ``dedup_task`` - token-by-token policy, response masks,
                    loss aggregations, a variable-length task (notebook 08)
 * ``checks``     - exercise checkers for the classroom assignments
-* ``trl_bridge`` - our settings -> Hugging Face TRL ``GRPOConfig`` (needs requirements-scale.txt)
+* ``trl_bridge`` - the sort task for Hugging Face TRL (needs requirements-scale.txt); re-exports
+                   ``trl_config``: our settings -> TRL ``GRPOConfig`` (needs only the core)
 """
 
 from .advantages import DELTA_MODES, compute_deltas

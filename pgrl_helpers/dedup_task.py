@@ -19,6 +19,15 @@ Rewards (vectorised, no Python loop; float32[batch, trial]):
   every content token beyond the target length costs 1. It is 1 exactly for the right
   answer and below 1 for any other: stopping early forfeits the missing positions,
   running long pays for every extra token (a response that never stops pays most).
+
+A response that never emits EOS was cut off: it has not ended, so it is scored as wrong
+by both rewards rather than refused (training samples such responses all the time, and a
+reward that raised would crash the run). ``dedup_exact_reward`` requires the EOS;
+``dedup_position_reward`` counts a cut-off response as at least one token too long
+(``extra >= 1``), so its reward is below 1 even when its ``pos`` tokens are exactly the
+answer (a policy with no slot left for EOS, pos <= target length). With the slots a
+``TrainConfig`` allows (max_response_length >= prompt_length + 1 > target length) a
+cut-off response already has ``extra >= 1``, so this rule changes no reward there.
 """
 
 from __future__ import annotations
@@ -101,8 +110,10 @@ def _scores(prompts, responses, eos_token):
     in_target = slots < target_len[:, None, None]  # [batch, 1, width]
     equal = responses[..., :width] == targets[:, None, :width]
     matches = (equal & in_content & in_target).sum(dim=-1)
-    extra = (content_len - target_len[:, None]).clamp_min(0)
     has_eos = content_len < pos
+    # a cut-off response (no EOS) has not ended: it is at least one token too long
+    extra = (content_len - target_len[:, None]).clamp_min(0)
+    extra = torch.where(has_eos, extra, extra.clamp_min(1))
     return matches, extra, content_len, target_len[:, None].expand_as(content_len), has_eos
 
 
@@ -120,10 +131,10 @@ def dedup_exact_reward(prompts: torch.Tensor, responses: torch.Tensor, eos_token
 def dedup_position_reward(prompts: torch.Tensor, responses: torch.Tensor, eos_token: int):
     """(correct positions - extra tokens) / target length: float32[batch, trial], max 1.
 
-    Equals 1 only for the exact answer; see the module docstring.
+    Equals 1 only for the exact answer followed by EOS; a response that never emits EOS
+    counts as at least one token too long (see the module docstring).
     """
     matches, extra, _, target_len, _ = _scores(prompts, responses, eos_token)
-    # a response that never emits EOS is longer than every target: extra > 0 already
     return (matches - extra).to(torch.float32) / target_len.to(torch.float32)
 
 

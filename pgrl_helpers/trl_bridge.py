@@ -4,20 +4,9 @@ Optional: needs the extra ``requirements-scale.txt`` (trl, transformers, tokeniz
 datasets). Nothing here imports those libraries at module import time, so the core
 package never requires them; each function imports what it uses.
 
-Checked against TRL 1.16.0 (``trl/trainer/grpo_trainer.py`` and ``grpo_config.py``):
-
-* advantages: ``rewards - group mean``, divided by ``std + 1e-4`` when
-  ``scale_rewards="group"`` (sample std of the group, Bessel-corrected like ``torch.std``),
-  by the std of the whole batch when ``"batch"``, not divided when ``"none"``;
-* per-token loss of ``loss_type`` grpo/bnpo/dr_grpo/dapo:
-  ``-min(ratio * A, clip(ratio, 1 - epsilon, 1 + epsilon_high) * A)`` with
-  ``ratio = exp(logp - old_logp)``, plus ``beta * k3`` where
-  ``k3 = exp(ref - logp) - (ref - logp) - 1``: an estimate of KL(policy || ref) from samples
-  of the policy, the same estimator and direction as ``kl.kl_k3`` (multiplied by the ratio
-  when ``use_bias_correction_kl=True``, the 1.16 default);
-* aggregation: ``grpo`` mean per sequence then over sequences, ``bnpo`` mean over the
-  tokens of the local batch, ``dapo`` mean over the tokens of the global batch,
-  ``dr_grpo`` sum / (sequences x max_completion_length).
+The TrainConfig -> GRPOConfig mapping lives in ``trl_config`` (re-exported here); this
+module holds the sort task in text (tokenizer, prompts, dataset, reward), the tiny GPT-2,
+and the pieces that cross-check TRL's loss against ours.
 
 Shapes: prompts int[batch, pos] (our convention), TRL's flat rows are
 ``batch * G`` completions, prompt ``i`` repeated G times in a row.
@@ -25,302 +14,33 @@ Shapes: prompts int[batch, pos] (our convention), TRL's flat rows are
 
 from __future__ import annotations
 
-import math
+import itertools
+import random
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import torch
 
-from .advantages import DELTA_MODES
-from .kl import KL_ESTIMATORS
-from .losses import LOSS_MODES
 from .sort_task import REWARD_FNS
-
-#: Our delta modes that GRPOTrainer reproduces, and the ``scale_rewards`` value that does it.
-DELTA_MODE_TO_SCALE_REWARDS: dict[str, str] = {
-    "centered_rewards": "none",
-    "normalized_rewards": "group",
-}
-
-#: Our delta modes with no GRPOTrainer equivalent, and why.
-UNSUPPORTED_DELTA_MODES: dict[str, str] = {
-    "rewards": (
-        "GRPOTrainer always subtracts the group mean reward (a baseline); raw rewards as "
-        "deltas have no scale_rewards setting"
-    ),
-    "max_rewards": (
-        "GRPOTrainer has no winner-takes-all advantage; its advantages are always "
-        "rewards minus the group mean (optionally divided by a std)"
-    ),
-    "loo_rewards": (
-        "the leave-one-out baseline is TRL's RLOOTrainer, not GRPOTrainer (scale_rewards='none' "
-        "is the nearest and differs by the factor G / (G - 1))"
-    ),
-}
-
-#: TRL's ``scale_rewards`` values with no delta mode of ours.
-TRL_ONLY_SCALE_REWARDS: dict[str, str] = {
-    "batch": "divide by the std of the whole batch instead of each group's (PPO-Lite)",
-}
-
-#: Our loss is the mean over every token of the batch: TRL's global token mean.
-DEFAULT_LOSS_TYPE = "dapo"
-#: loss_type values whose aggregation equals our token mean for fixed-length completions.
-TOKEN_MEAN_LOSS_TYPES: tuple[str, ...] = ("dapo", "bnpo", "grpo")
+from .trl_config import (  # noqa: F401  (re-exported: the bridge's public API)
+    AGGREGATION_TO_LOSS_TYPE,
+    DEFAULT_LOSS_TYPE,
+    DELTA_MODE_TO_SCALE_REWARDS,
+    EQUIVALENT_LOSS_TYPES,
+    LOSS_TYPES,
+    TRL_ONLY_SCALE_REWARDS,
+    UNSUPPORTED_DELTA_MODES,
+    grpo_config_kwargs,
+    kl_kwargs_for,
+    loss_kwargs_for,
+    loss_type_for,
+    mapping_table,
+    response_length,
+    scale_rewards_for,
+)
 
 #: Special tokens of the word-level sort tokenizer (ids 0, 1, 2, 3 in this order).
 PAD_TOKEN, EOS_TOKEN, UNK_TOKEN, SEP_TOKEN = "<pad>", "<eos>", "<unk>", ":"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD_TOKEN, EOS_TOKEN, UNK_TOKEN, SEP_TOKEN)
-
-#: TrainConfig fields used by ``grpo_config_kwargs`` (the names fixed for the series).
-_MAPPED_FIELDS = (
-    "deltas_mode",
-    "loss_mode",
-    "epsilon",
-    "kl_penalty",
-    "kl_estimator",
-    "compute_ref_model_period",
-    "num_epochs",
-    "num_steps_per_epoch",
-    "num_responses",
-    "prompt_length",
-    "learning_rate",
-    "seed",
-)
-
-
-# --------------------------------------------------------------------------------------
-# TrainConfig -> GRPOConfig keyword arguments
-# --------------------------------------------------------------------------------------
-
-
-def _get(config: Any, name: str, default: Any = None) -> Any:
-    if isinstance(config, dict):
-        return config.get(name, default)
-    return getattr(config, name, default)
-
-
-def _batch_prompts(config: Any) -> int:
-    if not isinstance(config, dict) and hasattr(config, "batch_prompts"):
-        return int(config.batch_prompts)
-    if _get(config, "prompt_source", "lecture") == "lecture":
-        return 3
-    value = _get(config, "prompts_per_epoch")
-    return 64 if value is None else int(value)
-
-
-def scale_rewards_for(deltas_mode: str) -> str:
-    """TRL's ``scale_rewards`` for one of our delta modes; ValueError when there is none."""
-    if deltas_mode in DELTA_MODE_TO_SCALE_REWARDS:
-        return DELTA_MODE_TO_SCALE_REWARDS[deltas_mode]
-    if deltas_mode in UNSUPPORTED_DELTA_MODES:
-        raise ValueError(
-            f"deltas_mode {deltas_mode!r} has no GRPOTrainer equivalent: "
-            f"{UNSUPPORTED_DELTA_MODES[deltas_mode]}. Supported: "
-            f"{', '.join(DELTA_MODE_TO_SCALE_REWARDS)}"
-        )
-    raise ValueError(
-        f"unknown deltas_mode {deltas_mode!r}; valid values are: {', '.join(DELTA_MODES)}"
-    )
-
-
-def loss_kwargs_for(
-    loss_mode: str, epsilon: float, num_steps_per_epoch: int, loss_type: str = DEFAULT_LOSS_TYPE
-) -> dict[str, Any]:
-    """``loss_type`` / ``epsilon`` / ``epsilon_high`` for one of our loss modes.
-
-    * ``clipped``: the same clip on both sides, epsilon_high = epsilon;
-    * ``unclipped``: the clip range opened to [0, inf) (epsilon = 1, epsilon_high = inf),
-      so ``clip(ratio)`` is ``ratio`` and the loss is exactly ``-ratio * A``;
-    * ``naive`` (``-logp * A``) has no TRL form: TRL always uses the ratio. With one step
-      per batch (``num_iterations=1``) the ratio is ``exp(logp - logp.detach())`` = 1 and
-      the gradient equals naive's, so that case maps to the unclipped form; with more
-      steps naive reuses the batch without importance weights, which TRL never does.
-    """
-    if loss_mode not in LOSS_MODES:
-        raise ValueError(
-            f"unknown loss_mode {loss_mode!r}; valid values are: {', '.join(LOSS_MODES)}"
-        )
-    if loss_mode == "naive" and num_steps_per_epoch != 1:
-        raise ValueError(
-            "loss_mode 'naive' with num_steps_per_epoch > 1 has no GRPOTrainer equivalent: naive "
-            "(-log_probs * delta) reuses a batch without importance weights, while TRL always "
-            "weights by the ratio pi / pi_old. Use num_steps_per_epoch=1 (then the gradients "
-            f"agree) or loss_mode 'unclipped' / 'clipped'; got {num_steps_per_epoch} steps"
-        )
-    if loss_mode == "clipped":
-        if not 0 < epsilon < 1:
-            raise ValueError(f"epsilon must lie in (0, 1) for the clipped loss, got {epsilon}")
-        return {"loss_type": loss_type, "epsilon": float(epsilon), "epsilon_high": float(epsilon)}
-    return {"loss_type": loss_type, "epsilon": 1.0, "epsilon_high": math.inf}
-
-
-def kl_kwargs_for(
-    kl_penalty: float,
-    kl_estimator: str,
-    prompt_length: int,
-    compute_ref_model_period: int | None,
-    num_steps_per_epoch: int,
-) -> dict[str, Any]:
-    """``beta`` and the reference-sync arguments for our KL settings.
-
-    Our loss adds ``kl_penalty * compute_kl_penalty``: the KL summed over the response's
-    positions, then averaged over responses. TRL adds ``beta * k3`` to every token before
-    its token mean, so with responses of ``prompt_length`` tokens
-    ``beta = kl_penalty * prompt_length``. TRL only has k3 (in our direction,
-    KL(policy || ref)); ``use_bias_correction_kl`` is turned off because ours does not
-    multiply the KL by the ratio. Our reference refresh (a copy of the policy every
-    ``compute_ref_model_period`` epochs) is TRL's ``sync_ref_model`` with
-    ``ref_model_mixup_alpha=1`` (a full copy) every ``period * num_steps_per_epoch``
-    optimizer steps.
-    """
-    if kl_estimator not in KL_ESTIMATORS:
-        raise ValueError(
-            f"unknown kl_estimator {kl_estimator!r}; valid values are: {', '.join(KL_ESTIMATORS)}"
-        )
-    if not (isinstance(kl_penalty, (int, float)) and math.isfinite(kl_penalty) and kl_penalty >= 0):
-        raise ValueError(f"kl_penalty must be >= 0 and finite, got {kl_penalty!r}")
-    if kl_penalty == 0:
-        return {"beta": 0.0, "sync_ref_model": False}
-    if kl_estimator != "k3":
-        raise ValueError(
-            f"kl_estimator {kl_estimator!r} has no GRPOTrainer equivalent: TRL's KL term is "
-            "always k3 = r - 1 - log r with r = pi_ref / pi (an estimate of KL(policy || ref)); "
-            "use kl_estimator='k3'"
-        )
-    kwargs: dict[str, Any] = {
-        "beta": float(kl_penalty) * prompt_length,
-        "use_bias_correction_kl": False,
-        "sync_ref_model": False,
-    }
-    if compute_ref_model_period:
-        kwargs.update(
-            sync_ref_model=True,
-            ref_model_mixup_alpha=1.0,
-            ref_model_sync_steps=int(compute_ref_model_period) * num_steps_per_epoch,
-        )
-    return kwargs
-
-
-def grpo_config_kwargs(config: Any, loss_type: str = DEFAULT_LOSS_TYPE, **overrides) -> dict:
-    """Keyword arguments for ``trl.GRPOConfig`` that reproduce ``config`` (a ``TrainConfig``).
-
-    ``config`` may also be a plain dict with the same field names. Raises ValueError,
-    naming the setting and why, for anything GRPOTrainer cannot reproduce (delta modes
-    rewards / max_rewards / loo_rewards, naive loss with several steps per batch, KL
-    estimators other than k3, ``detach_old_log_probs=False``). ``overrides`` (e.g.
-    ``output_dir``, ``report_to``) are added last and win.
-
-    Not mapped (TRL takes them elsewhere): ``reward_fn`` (pass ``sort_reward_func``),
-    ``model`` / ``embedding_dim`` (TRL needs a causal LM: ``build_tiny_gpt2``),
-    ``prompt_source`` / ``vocab_size`` (the dataset: ``make_sort_dataset``), ``eval_every``.
-    """
-    if hasattr(config, "validate"):
-        config.validate()  # a TrainConfig checks its own fields first
-    missing = [name for name in _MAPPED_FIELDS if _get(config, name) is None]
-    if missing:
-        raise ValueError(f"config lacks the field(s) {', '.join(missing)}")
-    if loss_type not in TOKEN_MEAN_LOSS_TYPES:
-        raise ValueError(
-            f"loss_type {loss_type!r} does not aggregate like our compute_loss (a mean over every "
-            f"token); use one of {', '.join(TOKEN_MEAN_LOSS_TYPES)}"
-        )
-    if _get(config, "detach_old_log_probs", True) is False:
-        raise ValueError(
-            "detach_old_log_probs=False (the freeze pitfall) has no GRPOTrainer equivalent: TRL "
-            "always computes the old log-probs without gradients"
-        )
-    steps = int(_get(config, "num_steps_per_epoch"))
-    group = int(_get(config, "num_responses"))
-    if group < 2:
-        raise ValueError(f"GRPOTrainer needs num_responses (G) >= 2, got {group}")
-    length = int(_get(config, "prompt_length"))
-    kwargs: dict[str, Any] = {
-        "scale_rewards": scale_rewards_for(_get(config, "deltas_mode")),
-        **loss_kwargs_for(_get(config, "loss_mode"), _get(config, "epsilon"), steps, loss_type),
-        **kl_kwargs_for(
-            _get(config, "kl_penalty"),
-            _get(config, "kl_estimator"),
-            length,
-            _get(config, "compute_ref_model_period"),
-            steps,
-        ),
-        "num_iterations": steps,
-        "num_generations": group,
-        # one generation batch = one epoch: all its prompts x G, used for `steps` steps
-        "per_device_train_batch_size": _batch_prompts(config) * group,
-        "gradient_accumulation_steps": 1,
-        "steps_per_generation": 1,
-        "max_steps": int(_get(config, "num_epochs")) * steps,
-        "max_completion_length": length,
-        "learning_rate": float(_get(config, "learning_rate")),
-        "seed": int(_get(config, "seed")),
-        # our loop: plain Adam (AdamW with no weight decay), constant rate, no grad clipping
-        "optim": "adamw_torch",
-        "weight_decay": 0.0,
-        "lr_scheduler_type": "constant",
-        "warmup_steps": 0,
-        "max_grad_norm": 0.0,
-        # our sampling: plain softmax sampling at temperature 1, fp32, no dropout
-        "temperature": 1.0,
-        "top_p": 1.0,
-        "top_k": 0,
-        "bf16": False,
-        "activation_checkpointing": False,  # TRL turns it on by default
-        "disable_dropout": True,
-    }
-    kwargs.update(overrides)
-    return kwargs
-
-
-def mapping_table(config: Any, loss_type: str = DEFAULT_LOSS_TYPE) -> list[tuple[str, str, str]]:
-    """Rows (our setting, TRL argument(s), note) for ``config``; raises like ``grpo_config_kwargs``."""
-    kw = grpo_config_kwargs(config, loss_type)
-    length = int(_get(config, "prompt_length"))
-    kl_args = f"beta={kw['beta']:g}"
-    if kw["sync_ref_model"]:
-        kl_args += (
-            f", sync_ref_model=True, ref_model_mixup_alpha=1, "
-            f"ref_model_sync_steps={kw['ref_model_sync_steps']}"
-        )
-    return [
-        (
-            f"deltas_mode={_get(config, 'deltas_mode')!r}",
-            f"scale_rewards={kw['scale_rewards']!r}",
-            "advantage = reward - group mean (divided by group std + 1e-4 for 'group')",
-        ),
-        (
-            f"loss_mode={_get(config, 'loss_mode')!r}, epsilon={_get(config, 'epsilon')}",
-            f"loss_type={kw['loss_type']!r}, epsilon={kw['epsilon']:g}, "
-            f"epsilon_high={kw['epsilon_high']:g}",
-            "token mean over the batch, like compute_loss",
-        ),
-        (
-            f"kl_penalty={_get(config, 'kl_penalty')}, kl_estimator={_get(config, 'kl_estimator')!r}",
-            kl_args,
-            f"k3, KL(policy || ref); beta = kl_penalty x {length} (we sum KL over positions)",
-        ),
-        (
-            f"num_steps_per_epoch={_get(config, 'num_steps_per_epoch')}",
-            f"num_iterations={kw['num_iterations']}",
-            "optimizer steps per generated batch",
-        ),
-        (
-            f"num_responses (G)={_get(config, 'num_responses')}",
-            f"num_generations={kw['num_generations']}",
-            "completions per prompt",
-        ),
-        (
-            f"prompts per epoch={_batch_prompts(config)}",
-            f"per_device_train_batch_size={kw['per_device_train_batch_size']}",
-            "TRL counts completions: prompts x G",
-        ),
-        (
-            f"num_epochs={_get(config, 'num_epochs')}",
-            f"max_steps={kw['max_steps']}",
-            "epochs x num_steps_per_epoch optimizer steps",
-        ),
-    ]
 
 
 # --------------------------------------------------------------------------------------
@@ -359,6 +79,34 @@ def parse_prompt(text: str) -> list[int]:
     if not head or not all(w.isascii() and w.isdigit() for w in head):
         raise ValueError(f"not a sort prompt like '3 1 4 :': {text!r}")
     return [int(w) for w in head]
+
+
+def content_split(
+    length: int, vocab_size: int, seed: int = 0, n_test: int = 7, n_val: int = 7
+) -> dict[str, torch.Tensor]:
+    """Every prompt int[n, length], split by content: {'train', 'val', 'test'}.
+
+    A prompt's content is its multiset of values (``[2, 0, 2]`` and ``[0, 2, 2]`` share
+    one): the multisets are shuffled with ``seed``, the first ``n_test`` go to 'test', the
+    next ``n_val`` to 'val', the rest to 'train', each with all their orderings. A model
+    scored on 'test' has never been trained on any ordering of those values.
+    """
+    multisets = list(itertools.combinations_with_replacement(range(vocab_size), length))
+    if n_test + n_val >= len(multisets):
+        raise ValueError(
+            f"n_test + n_val = {n_test + n_val} leaves no training content out of "
+            f"{len(multisets)} multisets (length {length}, vocab_size {vocab_size})"
+        )
+    random.Random(seed).shuffle(multisets)
+    groups = {
+        "test": multisets[:n_test],
+        "val": multisets[n_test : n_test + n_val],
+        "train": multisets[n_test + n_val :],
+    }
+    return {
+        name: torch.tensor(sorted({p for m in sets for p in itertools.permutations(m)}))
+        for name, sets in groups.items()
+    }
 
 
 def build_sort_tokenizer(vocab_size: int):
@@ -467,18 +215,25 @@ def sort_reward_func(
 # --------------------------------------------------------------------------------------
 
 
-def completion_log_probs(model, prompt_ids: torch.Tensor, completion_ids: torch.Tensor):
+def completion_log_probs(
+    model, prompt_ids: torch.Tensor, completion_ids: torch.Tensor, with_entropy: bool = False
+):
     """Per-token log-probs of the completion tokens, float[rows, completion_pos].
 
     prompt_ids int[rows, prompt_pos] (no padding), completion_ids int[rows, completion_pos].
     The token at completion position t is predicted by the logits at input position
-    prompt_pos + t - 1.
+    prompt_pos + t - 1. ``with_entropy=True`` also returns the entropy (nats) of each of
+    those next-token distributions, float[rows, completion_pos] (what TRL's entropy bonus
+    averages).
     """
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     logits = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).logits
     logits = logits[:, prompt_ids.shape[1] - 1 : -1]  # [rows, completion_pos, vocab]
     log_probs = torch.log_softmax(logits.float(), dim=-1)
-    return log_probs.gather(-1, completion_ids[..., None]).squeeze(-1)
+    taken = log_probs.gather(-1, completion_ids[..., None]).squeeze(-1)
+    if not with_entropy:
+        return taken
+    return taken, -(log_probs.exp() * log_probs).sum(dim=-1)
 
 
 def trl_loss_inputs(
@@ -487,12 +242,15 @@ def trl_loss_inputs(
     advantages: torch.Tensor,
     old_log_probs: torch.Tensor,
     ref_log_probs: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
-    """The inputs dict that ``GRPOTrainer._compute_loss`` reads, for full-length completions.
+    """The inputs dict that ``GRPOTrainer._compute_loss`` reads.
 
     Our shapes: prompt_ids int[batch, trial, prompt_pos] (each prompt repeated over trial),
     completion_ids int[batch, trial, pos], advantages float[batch, trial], old_log_probs /
-    ref_log_probs float[batch, trial, pos]. TRL's rows are (batch trial) flattened.
+    ref_log_probs float[batch, trial, pos], mask (the response mask, 1 up to and including
+    EOS) float[batch, trial, pos] or None for full-length completions. TRL's rows are
+    (batch trial) flattened; ``num_items_in_batch`` is the number of real tokens.
     """
     rows = completion_ids.shape[0] * completion_ids.shape[1]
     if advantages.shape != completion_ids.shape[:2]:
@@ -500,15 +258,23 @@ def trl_loss_inputs(
             f"advantages must be [batch, trial] = {list(completion_ids.shape[:2])}, "
             f"got {list(advantages.shape)}"
         )
+    if mask is None:
+        mask = torch.ones_like(completion_ids)
+    if mask.shape != completion_ids.shape:
+        raise ValueError(
+            f"mask must be [batch, trial, pos] = {list(completion_ids.shape)}, "
+            f"got {list(mask.shape)}"
+        )
     completion_ids = completion_ids.reshape(rows, -1)
+    completion_mask = mask.reshape(rows, -1).long()
     inputs = {
         "prompt_ids": prompt_ids.reshape(rows, -1),
         "prompt_mask": torch.ones_like(prompt_ids.reshape(rows, -1)),
         "completion_ids": completion_ids,
-        "completion_mask": torch.ones_like(completion_ids),
+        "completion_mask": completion_mask,
         "advantages": advantages.reshape(rows).float(),
         "old_per_token_logps": old_log_probs.reshape(rows, -1).detach(),
-        "num_items_in_batch": torch.tensor(float(completion_ids.numel())),
+        "num_items_in_batch": completion_mask.sum().float(),
     }
     if ref_log_probs is not None:
         inputs["ref_per_token_logps"] = ref_log_probs.reshape(rows, -1).detach()

@@ -51,6 +51,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reward-fn", default="sort_distance_reward")
     p.add_argument("--deltas-mode", default="normalized_rewards")
     p.add_argument("--loss-mode", default="clipped")
+    p.add_argument("--loss-aggregation", default="token_mean", help="-> TRL's loss_type")
+    p.add_argument("--loss-type", default=None, help="an equivalent TRL loss_type, e.g. bnpo")
     p.add_argument("--kl-penalty", type=float, default=0.0)
     p.add_argument("--learning-rate", type=float, default=5e-3)
     p.add_argument("--seed", type=int, default=0)
@@ -66,7 +68,72 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="generate with vLLM: a separate server, or inside each training process",
     )
     p.add_argument("--vllm-server-url", default="http://localhost:8000")
+    p.add_argument(
+        "--record",
+        default=None,
+        help="folder: each process saves what its loss saw (record-rank<r>.pt), for tests",
+    )
     return p.parse_args(argv)
+
+
+def recording(trainer_class):
+    """A subclass of ``trainer_class`` (a GRPOTrainer) that keeps (``self.records``), per
+    optimizer step, the batch its ``compute_loss`` saw, the loss, and the loss TRL's
+    ``loss_type="bnpo"`` gives on the same batch; per generation round, the gathered prompts,
+    completions, rewards and advantages TRL logs. Used by tests/test_scale_two_processes.py."""
+
+    import torch
+
+    class Recording(trainer_class):
+        records: list
+
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            logs = self._logs
+            self.records.append(
+                {
+                    "kind": "generation",
+                    "step": self.state.global_step,
+                    "local_advantages": out["advantages"].detach().clone(),
+                    "gathered": {
+                        "prompt": list(logs["prompt"]),
+                        "completion": list(logs["completion"]),
+                        "rewards": {k: list(v) for k, v in logs["rewards"].items()},
+                        "advantages": list(logs["advantages"]),
+                    },
+                }
+            )
+            return out
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            # what loss_type 'bnpo' gives on the same local batch (no gradient, same weights)
+            saved, self.loss_type = self.loss_type, "bnpo"
+            with torch.no_grad():
+                bnpo = super().compute_loss(model, inputs).item()
+            self.loss_type = saved
+            keep = (
+                "prompt_ids",
+                "prompt_mask",
+                "completion_ids",
+                "completion_mask",
+                "advantages",
+                "old_per_token_logps",
+                "num_items_in_batch",
+            )
+            self.records.append(
+                {
+                    "kind": "loss",
+                    "step": self.state.global_step,
+                    "inputs": {k: inputs[k].detach().clone() for k in keep if k in inputs},
+                    "loss": loss.item(),
+                    "loss_as_bnpo": bnpo,
+                }
+            )
+            return loss
+
+    Recording.records = []
+    return Recording
 
 
 def main(argv=None) -> dict:
@@ -82,10 +149,11 @@ def main(argv=None) -> dict:
     from pgrl_helpers.training import TrainConfig
 
     transformers.logging.set_verbosity_error()
-    state = PartialState()
+    state = PartialState(cpu=not torch.cuda.is_available())
     config = TrainConfig(
         deltas_mode=args.deltas_mode,
         loss_mode=args.loss_mode,
+        loss_aggregation=args.loss_aggregation,
         reward_fn=args.reward_fn,
         kl_penalty=args.kl_penalty,
         num_epochs=args.epochs,
@@ -116,6 +184,7 @@ def main(argv=None) -> dict:
 
     kwargs = trl_bridge.grpo_config_kwargs(
         config,
+        args.loss_type,
         output_dir=str(workdir),
         report_to="none",
         save_strategy="no",
@@ -145,7 +214,8 @@ def main(argv=None) -> dict:
         config.vocab_size,
         config.seed,
     )
-    trainer = GRPOTrainer(
+    trainer_class = GRPOTrainer if args.record is None else recording(GRPOTrainer)
+    trainer = trainer_class(
         model=str(model_dir),
         reward_funcs=trl_bridge.sort_reward_func(config.reward_fn, config.vocab_size),
         args=GRPOConfig(**kwargs),
@@ -154,6 +224,12 @@ def main(argv=None) -> dict:
     )
     start = time.perf_counter()
     trainer.train()
+    if args.record is not None:
+        Path(args.record).mkdir(parents=True, exist_ok=True)
+        torch.save(
+            {"num_processes": n, "records": trainer.records},
+            Path(args.record) / f"record-rank{state.process_index}.pt",
+        )
     rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
     summary = {
         "steps": trainer.state.global_step,

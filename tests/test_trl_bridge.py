@@ -83,8 +83,8 @@ def test_loss_modes():
     assert naive["num_iterations"] == 1 and naive["epsilon_high"] == math.inf
     with pytest.raises(ValueError, match="'naive' with num_steps_per_epoch > 1"):
         tb.grpo_config_kwargs(config(loss_mode="naive", num_steps_per_epoch=3))
-    with pytest.raises(ValueError, match="does not aggregate like our compute_loss"):
-        tb.grpo_config_kwargs(config(), loss_type="dr_grpo")
+    with pytest.raises(ValueError, match="does not aggregate like loss_aggregation"):
+        tb.grpo_config_kwargs(config(), loss_type="sapo")
 
 
 def test_counts_and_schedule():
@@ -134,7 +134,16 @@ def test_mapping_table_has_a_row_per_setting():
     rows = tb.mapping_table(config(kl_penalty=0.05))
     assert all(len(row) == 3 for row in rows)
     text = " ".join(" ".join(row) for row in rows)
-    for arg in ("scale_rewards", "loss_type", "beta=0.15", "num_iterations", "num_generations"):
+    for arg in (
+        "scale_rewards",
+        "loss_type",
+        "beta=0.15",
+        "epsilon_high",
+        "entropy_coef",
+        "max_completion_length",
+        "num_iterations",
+        "num_generations",
+    ):
         assert arg in text
 
 
@@ -368,3 +377,14 @@ def test_evaluate_greedy_lm_scores_a_random_model():
     assert model.training  # restored
     with pytest.raises(ValueError, match="batch, pos"):
         tb.evaluate_greedy_lm(model, tok, prompts[0])
+
+
+def test_content_split_is_disjoint_by_multiset_and_complete():
+    split = tb.content_split(3, 5, seed=0, n_test=7, n_val=7)
+    keys = {name: {tuple(sorted(p)) for p in prompts.tolist()} for name, prompts in split.items()}
+    assert len(keys["test"]) == len(keys["val"]) == 7 and len(keys["train"]) == 35 - 14
+    assert not keys["test"] & keys["train"] and not keys["val"] & keys["train"]
+    assert not keys["test"] & keys["val"]
+    assert sum(len(p) for p in split.values()) == 5**3  # every prompt, once
+    with pytest.raises(ValueError, match="no training content"):
+        tb.content_split(2, 2, n_test=2, n_val=1)
