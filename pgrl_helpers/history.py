@@ -122,3 +122,17 @@ def history_columns(history: list[dict], kind: str = "step") -> dict[str, list]:
     records = [r for r in history if r.get("kind") == kind]
     keys = STEP_KEYS if kind == "step" else EVAL_KEYS
     return {key: [r.get(key) for r in records] for key in keys}
+
+
+def per_epoch(history: list[dict], metric: str) -> list:
+    """One value of a step metric per epoch: the value at each epoch's first optimizer step.
+
+    Epoch-level metrics (``mean_reward``, ``response_length``, ``frac_reward_zero_std``) are
+    the same at every inner step of an epoch; this picks them once. Raises ValueError for a
+    name that is not a step metric.
+    """
+    if metric not in STEP_KEYS:
+        raise ValueError(
+            f"unknown step metric {metric!r}; step metrics are: {', '.join(STEP_KEYS)}"
+        )
+    return [r[metric] for r in history if r.get("kind") == "step" and r["inner_step"] == 0]

@@ -24,7 +24,7 @@ HEALTHY = TrainConfig(
     model="transformer", prompt_source="random", prompt_length=4, vocab_size=6,
     embedding_dim=32, num_layers=2, num_heads=4, prompts_per_epoch=32, num_responses=8,
     num_epochs=20, num_steps_per_epoch=2, learning_rate=3e-3, eval_every=5,
-    num_eval_prompts=200, reward_fn="sort_distance_reward", loss_mode="clipped",
+    num_eval_prompts=30, reward_fn="sort_distance_reward", loss_mode="clipped",
     deltas_mode="centered_rewards",
 )  # fmt: skip
 
@@ -152,7 +152,7 @@ def test_length_drift_from_sequence_mean_aggregation():
         vocab_size=6, max_response_length=10, embedding_dim=32, num_layers=2, num_heads=4,
         reward_fn=wrong_answer_penalty, deltas_mode="rewards", loss_mode="clipped",
         num_responses=8, prompts_per_epoch=16, num_epochs=8, num_steps_per_epoch=2,
-        learning_rate=3e-3, eval_every=4, num_eval_prompts=50, loss_aggregation="sequence_mean",
+        learning_rate=3e-3, eval_every=4, num_eval_prompts=10, loss_aggregation="sequence_mean",
     )  # fmt: skip
     history = run(config)
     assert "length_drift" in names(diagnose(history))

@@ -149,3 +149,14 @@ def test_too_many_heldout_prompts_is_refused():
     with pytest.raises(ValueError, match="num_eval_prompts 40 per held-out set"):
         transformer_config(num_eval_prompts=40).validate()  # 126 multisets: at most 31
     transformer_config(num_eval_prompts=31).validate()
+
+
+def test_per_epoch_takes_one_value_per_epoch():
+    from pgrl_helpers.history import per_epoch
+
+    history = training.run_policy_gradient(transformer_config(num_steps_per_epoch=3))
+    steps = history.steps()
+    assert per_epoch(history, "mean_reward") == [s["mean_reward"] for s in steps[::3]]
+    assert len(per_epoch(history, "loss")) == 4
+    with pytest.raises(ValueError, match="unknown step metric 'reward'"):
+        per_epoch(history, "reward")
