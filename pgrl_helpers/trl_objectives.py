@@ -82,3 +82,58 @@ def trl_vs_ours(trainer, name, log_probs_fn, inputs, deltas, old, mask, epsilon,
     our_grads = torch.autograd.grad(ours, params)
     grad_diff = max((a - b).abs().max().item() for a, b in zip(trl_grads, our_grads))
     return abs(trl.item() - ours.item()), grad_diff, ours.item()
+
+
+def build_cross_check(output_dir, vocab_size=5, length=3, prompts=4, group=6, seed=0) -> dict:
+    """A tiny ``GRPOTrainer`` (GPT-2, beta 0) and one ragged batch for ``trl_vs_ours``.
+
+    Returns {'trainer', 'log_probs_fn', 'inputs', 'deltas', 'old', 'mask'}: completions of
+    random digits with lengths 1 .. length (the mask float[prompts, group, length]),
+    random deltas, and old log-probs = current + 0.3 N(0, 1) so that the clips bind.
+    """
+    import transformers
+    from trl import GRPOConfig, GRPOTrainer
+
+    from . import trl_bridge as tb
+    from .config import TrainConfig
+    from .sort_task import make_prompts
+
+    transformers.logging.set_verbosity_error()
+    tok = tb.build_sort_tokenizer(vocab_size)
+    config = TrainConfig(
+        deltas_mode="normalized_rewards", loss_mode="clipped", num_epochs=1,
+        num_steps_per_epoch=1, num_responses=group, prompt_source="random",
+        prompts_per_epoch=prompts, prompt_length=length, vocab_size=vocab_size,
+    )  # fmt: skip
+    kwargs = tb.grpo_config_kwargs(
+        config, output_dir=str(output_dir), report_to="none", save_strategy="no", use_cpu=True
+    )
+    trainer = GRPOTrainer(
+        model=tb.build_tiny_gpt2(tok, seed=seed),
+        reward_funcs=tb.sort_reward_func("sort_distance_reward", vocab_size),
+        args=GRPOConfig(**kwargs),
+        train_dataset=tb.make_sort_dataset(make_prompts(8, length, vocab_size, generator=seed)),
+        processing_class=tok,
+    )
+    g = torch.Generator().manual_seed(seed + 2)
+    shape = (prompts, group, length)
+    completion_ids = torch.randint(0, vocab_size, shape, generator=g) + len(tb.SPECIAL_TOKENS)
+    batch_prompts = make_prompts(prompts, length, vocab_size, generator=seed + 1).tolist()
+    prompt_ids = torch.tensor([tok(tb.format_prompt(p))["input_ids"] for p in batch_prompts])
+    prompt_ids = prompt_ids[:, None, :].expand(prompts, group, -1)
+    lengths = torch.randint(1, length + 1, (prompts, group), generator=g)
+    mask = (torch.arange(length) < lengths[..., None]).float()
+    deltas = torch.randn((prompts, group), generator=g)
+    rows = prompts * group
+
+    def log_probs_fn():
+        flat = tb.completion_log_probs(
+            trainer.model, prompt_ids.reshape(rows, -1), completion_ids.reshape(rows, -1)
+        )
+        return flat.reshape(shape)
+
+    with torch.no_grad():
+        old = log_probs_fn() + 0.3 * torch.randn(shape, generator=g)
+    inputs = trl_masked_inputs(prompt_ids, completion_ids, mask, deltas, old)
+    return {"trainer": trainer, "log_probs_fn": log_probs_fn, "inputs": inputs,
+            "deltas": deltas, "old": old, "mask": mask}  # fmt: skip
