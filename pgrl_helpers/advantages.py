@@ -54,8 +54,8 @@ def compute_deltas(
     * ``batch_normalized_rewards``: delta = (r - mean(r)) / (max(std_batch, std_floor) + eps),
       std_batch the sample std of *every* reward of the batch (TRL's
       ``scale_rewards="batch"``). Needs batch x trial >= 2.
-    * ``reinforce_pp_baseline``: REINFORCE++-baseline (Hu et al. 2025, arXiv 2501.03262,
-      sec. 3): subtract the group mean, then divide by the std of those centred rewards
+    * ``reinforce_pp_baseline``: REINFORCE++-baseline (Hu et al. 2025, arXiv 2501.03262):
+      subtract the group mean, then divide by the std of those centred rewards
       over the whole *batch* (their batch mean is 0 already, so this is the global
       whitening): (r - mean(r)) / (max(std_batch(r - mean(r)), std_floor) + eps).
       Needs batch x trial >= 2.

@@ -30,7 +30,7 @@ CLIP_FAMILY: dict[str, tuple[str, str, float, float]] = {
     "PPO-clip": ("clipped", "token", 0.2, 0.2),
     "clip-higher": ("clipped", "token", 0.2, 0.28),
     "dual-clip": ("dual_clip", "token", 0.2, 0.2),
-    "CISPO": ("cispo", "token", 1.0, 4.0),
+    "CISPO": ("cispo", "token", 1.0, 1.0),  # no lower clip, weight capped at 2
     "SAPO": ("sapo", "token", 0.2, 0.2),
     "GSPO": ("clipped", "sequence", 3e-4, 4e-4),
 }
@@ -69,9 +69,12 @@ def autograd_weight(name: str, ratio: float, sign: int) -> float:
 
 def plot_clip_family(ratios, axes) -> None:
     """One panel per sign of A: w(r) of every ``CLIP_FAMILY`` curve (formulas)."""
+    styles = [("-", 6, 0.35), ("--", 2.5, 0.9), (":", 3, 1.0), ("-", 1.5, 1.0), ("-", 1.5, 1.0),
+              ("-.", 2, 1.0)]  # fmt: skip
     for ax, sign in zip(axes, (1, -1)):
-        for name in CLIP_FAMILY:
-            ax.plot(ratios, [weight_formula(name, r, sign) for r in ratios], label=name)
+        for name, (style, width, alpha) in zip(CLIP_FAMILY, styles):
+            weights = [weight_formula(name, r, sign) for r in ratios]
+            ax.plot(ratios, weights, style, lw=width, alpha=alpha, label=name)
         ax.set_xlabel("ratio r = pi / pi_old (GSPO: sequence ratio s)")
         ax.set_ylabel("gradient weight w(r) (naive = 1)")
         ax.set_title(f"A {'> 0' if sign > 0 else '< 0'}")

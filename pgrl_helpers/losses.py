@@ -156,9 +156,9 @@ def compute_per_token_loss(
     * ``clipped``:   -min(r A, clip(r, 1 - eps_l, 1 + eps_h) A)   (PPO/GRPO; DAPO clip-higher)
     * ``dual_clip``: as ``clipped``, but for A < 0 the objective is bounded below by
       ``dual_clip_c`` * A: -max(min(r A, clip(r) A), c A) (Ye et al. 2020, arXiv 1912.09729,
-      eq. 6); c > 1. Stops a huge ratio on a bad token from giving an unbounded update.
+      dual-clip PPO); c > 1. Stops a huge ratio on a bad token from giving an unbounded update.
     * ``cispo``:     -sg(clip(r, 1 - eps_l, 1 + eps_h)) * A * log_probs (MiniMax-M1, arXiv
-      2506.13585, eq. 4): the *weight* is clipped, so no token's gradient is dropped.
+      2506.13585, eq. 4-5): the *weight* is clipped, so no token's gradient is dropped.
     * ``sapo``:      -(4 / tau) sigmoid(tau (r - 1)) * A with tau = ``sapo_temperature_pos``
       for A > 0 and ``sapo_temperature_neg`` otherwise (SAPO, arXiv 2511.20347; TRL's
       ``loss_type="sapo"``): a soft gate, gradient weight 4 sigma (1 - sigma) r A, 1 at r = 1.
