@@ -417,3 +417,16 @@ def test_the_loop_runs_every_new_mode(overrides):
     steps = history.steps()
     assert len(steps) == 4 and all(math.isfinite(s["loss"]) for s in steps)
     assert any(s["grad_norm"] > 0 for s in steps)
+
+
+def test_clip_family_formulas_match_autograd_and_a_wrong_one_does_not():
+    from pgrl_helpers import clip_family
+
+    points = [0.3, 0.79, 0.81, 1.0, 1.0001, 1.19, 1.21, 1.29, 1.99, 2.01, 2.9, 3.1, 5.0]
+    for name in clip_family.CLIP_FAMILY:
+        for sign in (1, -1):
+            for r in points:
+                formula = clip_family.weight_formula(name, r, sign)
+                assert clip_family.autograd_weight(name, r, sign) == pytest.approx(formula)
+    # planted bug: PPO-clip without the zero beyond the clip is caught at r = 1.5, A > 0
+    assert clip_family.autograd_weight("PPO-clip", 1.5, 1) != pytest.approx(1.5)
