@@ -17,7 +17,17 @@ DELTA_MODES: tuple[str, ...] = (
     "normalized_rewards",
     "max_rewards",
     "loo_rewards",
+    "batch_normalized_rewards",
+    "reinforce_pp_baseline",
 )
+
+#: TRL ``GRPOConfig.scale_rewards`` -> our delta mode. TRL adds 1e-4 to the std where we
+#: floor it at ``std_floor`` and add ``eps``: the two agree wherever the std is >> 1e-3.
+TRL_SCALE_REWARDS: dict[str, str] = {
+    "group": "normalized_rewards",
+    "batch": "batch_normalized_rewards",
+    "none": "centered_rewards",
+}
 
 #: Modes that compare a response with the rest of its group: they need G >= 2.
 GROUP_MODES: tuple[str, ...] = ("normalized_rewards", "loo_rewards")
@@ -41,6 +51,14 @@ def compute_deltas(
       (winner takes all). A tied group keeps every reward unchanged.
     * ``loo_rewards``: delta_i = r_i - mean_{j != i} r_j (leave-one-out, RLOO);
       equals centered_rewards * G / (G - 1). Needs G >= 2.
+    * ``batch_normalized_rewards``: delta = (r - mean(r)) / (max(std_batch, std_floor) + eps),
+      std_batch the sample std of *every* reward of the batch (TRL's
+      ``scale_rewards="batch"``). Needs batch x trial >= 2.
+    * ``reinforce_pp_baseline``: REINFORCE++-baseline (Hu et al. 2025, arXiv 2501.03262):
+      subtract the group mean, then divide by the std of those centred rewards
+      over the whole *batch* (their batch mean is 0 already, so this is the global
+      whitening): (r - mean(r)) / (max(std_batch(r - mean(r)), std_floor) + eps).
+      Needs batch x trial >= 2.
     """
     check_mode(mode, DELTA_MODES, "delta mode")
     check_ndim(rewards, 2, "rewards", "batch, trial")
@@ -54,6 +72,11 @@ def compute_deltas(
             f"rewards of shape {list(rewards.shape)}; with one sample the group std / "
             "leave-one-out mean is undefined"
         )
+    if mode in ("batch_normalized_rewards", "reinforce_pp_baseline") and rewards.numel() < 2:
+        raise ValueError(
+            f"delta mode {mode!r} divides by the std over the batch and needs at least 2 "
+            f"rewards, got rewards of shape {list(rewards.shape)}"
+        )
     if std_floor <= 0 or eps < 0:
         raise ValueError(f"std_floor must be > 0 and eps >= 0, got {std_floor} and {eps}")
 
@@ -65,6 +88,11 @@ def compute_deltas(
     if mode == "normalized_rewards":
         std = rewards.std(dim=-1, keepdim=True)  # sample std, [batch, 1]
         return (rewards - mean) / (std.clamp_min(std_floor) + eps)
+    if mode == "batch_normalized_rewards":
+        return (rewards - mean) / (rewards.std().clamp_min(std_floor) + eps)
+    if mode == "reinforce_pp_baseline":
+        centered = rewards - mean
+        return centered / (centered.std().clamp_min(std_floor) + eps)
     if mode == "max_rewards":
         best = rewards.max(dim=-1, keepdim=True).values
         return torch.where(rewards == best, rewards, torch.zeros_like(rewards))

@@ -20,7 +20,7 @@ from .kl import KL_ESTIMATORS
 from .losses import LOSS_MODES, POLICY_OBJECTIVES
 from .masking import LOSS_AGGREGATIONS
 from .models import LectureModel, SortTransformer
-from .rollout import BATCH_FILTERS, ROLLOUT_SOURCES
+from .rollout import BATCH_FILTERS, OVERLONG_FILTERS, ROLLOUT_SOURCES
 from .sort_task import LECTURE_PROMPTS, REWARD_FNS, SortTask, lecture_prompts
 
 MODEL_NAMES: tuple[str, ...] = ("lecture", "transformer", "autoregressive")
@@ -35,7 +35,7 @@ class TrainConfig:
     deltas_mode: str = "centered_rewards"
     """How rewards become deltas: one of ``advantages.DELTA_MODES``."""
     loss_mode: str = "naive"
-    """Policy loss: one of ``losses.LOSS_MODES`` ('naive', 'unclipped', 'clipped')."""
+    """Policy loss: one of ``losses.LOSS_MODES`` (naive ... clipped, dual_clip, cispo, sapo)."""
     epsilon: float = 0.2
     """Clip range: lower edge 1 - epsilon of the 'clipped' loss (any > 0; >= 1: no lower clip)."""
     kl_penalty: float = 0.0
@@ -98,11 +98,22 @@ class TrainConfig:
     epsilon_high: float | None = None
     """Clip-higher (DAPO): upper clip edge 1 + epsilon_high; None means epsilon (symmetric)."""
 
+    dual_clip_c: float = 3.0
+    """loss_mode 'dual_clip': a negative-delta objective is bounded below by c x delta (c > 1)."""
+    sapo_temperature_pos: float = 1.0
+    """loss_mode 'sapo': gate temperature for tokens with delta > 0 (TRL's default)."""
+    sapo_temperature_neg: float = 1.05
+    """loss_mode 'sapo': gate temperature for tokens with delta <= 0 (TRL's default)."""
+    overlong_buffer: int = 2
+    """Overlong shaping (batch_filter 'overlong_shaping' / 'dapo'): DAPO's buffer L_cache."""
+    overlong_penalty_factor: float = 1.0
+    """Overlong shaping: scale of the soft overlong penalty (DAPO: 1)."""
+
     # The loop's extension points: each names an entry of a registry (see README).
     advantage_estimator: str = "group"
     """How deltas are made: a key of ``advantages.ADVANTAGE_ESTIMATORS`` ('group')."""
     importance_sampling_level: str = "token"
-    """Policy objective: a key of ``losses.POLICY_OBJECTIVES`` ('token': per-token ratios)."""
+    """Policy objective: a key of ``losses.POLICY_OBJECTIVES`` ('token'; GSPO: 'sequence')."""
     batch_filter: str = "none"
     """Which sampled groups the optimizer sees: a key of ``rollout.BATCH_FILTERS``."""
     rollout_source: str = "on_policy"
@@ -149,6 +160,45 @@ class TrainConfig:
                 f"epsilon_high must be a positive finite number or None, got {eps_high!r}"
             )
 
+    def _validate_objective_options(self) -> None:
+        """Checks of the 2025 objective family's fields and their combinations."""
+        for name, low in (
+            ("dual_clip_c", 1.0),
+            ("sapo_temperature_pos", 0.0),
+            ("sapo_temperature_neg", 0.0),
+        ):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value <= low
+            ):
+                raise ValueError(f"{name} must be a finite number > {low:g}, got {value!r}")
+        factor = self.overlong_penalty_factor
+        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 0:
+            raise ValueError(f"overlong_penalty_factor must be a number >= 0, got {factor!r}")
+        if self.batch_filter in OVERLONG_FILTERS:
+            if self.task != "sort_dedup":
+                raise ValueError(
+                    f"batch_filter {self.batch_filter!r} reads EOS and the maximum length: it "
+                    f"needs task 'sort_dedup' (got task {self.task!r})"
+                )
+            buffer = self.overlong_buffer
+            if not isinstance(buffer, int) or isinstance(buffer, bool):
+                raise ValueError(f"overlong_buffer must be an int, got {buffer!r}")
+            if not 1 <= buffer <= self.response_length:
+                raise ValueError(
+                    f"overlong_buffer must lie in 1 .. response_length={self.response_length}, "
+                    f"got {buffer}"
+                )
+        if self.batch_filter == "overlong_filtering" and self.loss_aggregation == "sequence_mean":
+            raise ValueError(
+                "batch_filter 'overlong_filtering' empties the mask of truncated responses, "
+                "which loss_aggregation 'sequence_mean' cannot average over: use 'token_mean' "
+                "or 'constant_normalizer'"
+            )
+
     def validate(self) -> None:
         """Raise ValueError/TypeError naming the first bad field; called before training."""
         _check_choice(self.deltas_mode, DELTA_MODES, "deltas_mode")
@@ -162,6 +212,7 @@ class TrainConfig:
         _check_choice(self.batch_filter, tuple(BATCH_FILTERS), "batch_filter")
         _check_choice(self.rollout_source, tuple(ROLLOUT_SOURCES), "rollout_source")
         self._validate_response_options()
+        self._validate_objective_options()
         _check_choice(self.prompt_source, PROMPT_SOURCES, "prompt_source")
         for name in (
             "num_epochs",

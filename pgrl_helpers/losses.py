@@ -1,4 +1,5 @@
-"""Policy-gradient losses: naive (REINFORCE), unclipped ratio, clipped ratio (PPO/GRPO).
+"""Policy-gradient losses: naive (REINFORCE), unclipped ratio, clipped ratio (PPO/GRPO),
+and the 2025 family: dual-clip PPO, CISPO, SAPO, and GSPO's sequence-level ratio.
 
 Shapes: log_probs and old_log_probs float[batch, trial, pos] (one value per
 sampled token), deltas float[batch, trial] (one per response, broadcast over pos).
@@ -14,7 +15,10 @@ import torch
 
 from ._validate import check_finite, check_mode, check_ndim, check_same_shape
 
-LOSS_MODES: tuple[str, ...] = ("naive", "unclipped", "clipped")
+LOSS_MODES: tuple[str, ...] = ("naive", "unclipped", "clipped", "dual_clip", "cispo", "sapo")
+
+#: Where the importance ratio lives: one per token (PPO/GRPO) or one per response (GSPO).
+IMPORTANCE_SAMPLING_LEVELS: tuple[str, ...] = ("token", "sequence")
 
 #: log-ratios are clamped to +-MAX_LOG_RATIO before exp so the ratio stays finite.
 MAX_LOG_RATIO = 20.0
@@ -39,6 +43,17 @@ def compute_ratio(
     return torch.exp((log_probs - old_log_probs).clamp(-max_log_ratio, max_log_ratio))
 
 
+def _check_number(value, name: str, low: float = 0.0) -> None:
+    """value must be a finite real number > low (bools refused)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= low
+    ):
+        raise ValueError(f"{name} must be a finite number > {low:g}, got {value!r}")
+
+
 def _check_inputs(log_probs, deltas, mode, old_log_probs, epsilon, check_frozen, epsilon_high=None):
     check_mode(mode, LOSS_MODES, "loss mode")
     check_ndim(log_probs, 3, "log_probs", "batch, trial, pos")
@@ -60,7 +75,7 @@ def _check_inputs(log_probs, deltas, mode, old_log_probs, epsilon, check_frozen,
         check_finite(old_log_probs, "old_log_probs")
         if check_frozen and old_log_probs.requires_grad:
             raise ValueError(FREEZE_MESSAGE)
-    if mode == "clipped" and (
+    if mode in ("clipped", "dual_clip", "cispo") and (
         isinstance(epsilon, bool)
         or not isinstance(epsilon, (int, float))
         or not math.isfinite(epsilon)
@@ -78,6 +93,43 @@ def _check_inputs(log_probs, deltas, mode, old_log_probs, epsilon, check_frozen,
         )
 
 
+def _check_mask(mask, log_probs, importance_sampling_level) -> torch.Tensor | None:
+    """The response mask as bool[batch, trial, pos] (None: every slot is real)."""
+    check_mode(importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS, "importance_sampling_level")
+    if mask is None:
+        return None
+    check_same_shape(log_probs, mask, "log_probs", "mask")
+    if mask.dtype != torch.bool:
+        if not ((mask == 0) | (mask == 1)).all():
+            raise ValueError("mask must hold only 0 and 1 (or be bool)")
+        mask = mask != 0
+    if importance_sampling_level == "sequence" and not mask.any(dim=-1).all():
+        raise ValueError(
+            "mask: importance_sampling_level 'sequence' averages each response's log-ratio "
+            "over its real tokens, but some response has none (an all-zero mask row)"
+        )
+    return mask
+
+
+def sequence_log_ratio(
+    log_probs: torch.Tensor, old_log_probs: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """GSPO's log s_i = (1/|y_i|) sum_t (log pi_t - log pi_old,t): float[batch, trial, 1].
+
+    The mean runs over response i's real tokens (``mask`` float/bool[batch, trial, pos],
+    None: all). GSPO (Zheng et al. 2025, arXiv 2507.18071) eq. 7:
+    s_i = (pi(y_i|x) / pi_old(y_i|x))^(1/|y_i|). Padding is selected away (never multiplied
+    by 0), so a NaN there cannot leak in.
+    """
+    check_same_shape(log_probs, old_log_probs, "log_probs", "old_log_probs")
+    mask = _check_mask(mask, log_probs, "sequence")
+    diff = log_probs - old_log_probs
+    if mask is None:
+        return diff.mean(dim=-1, keepdim=True)
+    total = torch.where(mask, diff, torch.zeros_like(diff)).sum(dim=-1, keepdim=True)
+    return total / mask.sum(dim=-1, keepdim=True).to(diff.dtype)
+
+
 def compute_per_token_loss(
     log_probs: torch.Tensor,
     deltas: torch.Tensor,
@@ -87,38 +139,86 @@ def compute_per_token_loss(
     check_frozen: bool = True,
     epsilon_high: float | None = None,
     return_clip_mask: bool = False,
+    *,
+    importance_sampling_level: str = "token",
+    mask: torch.Tensor | None = None,
+    dual_clip_c: float = 3.0,
+    sapo_temperature_pos: float = 1.0,
+    sapo_temperature_neg: float = 1.05,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Per-token loss float[batch, trial, pos]; minimise its mean.
+    """Per-token loss float[batch, trial, pos]; minimise its (masked) mean.
 
-    * ``naive``:     -log_probs * delta
-    * ``unclipped``: -ratio * delta
-    * ``clipped``:   -min(ratio * delta, clip(ratio, 1 - epsilon, 1 + epsilon_high) * delta)
+    With r the importance ratio, A = delta (broadcast over pos), eps_l = epsilon,
+    eps_h = epsilon_high (None: epsilon) and sg the stop-gradient:
 
-    with ratio = exp(log_probs - old_log_probs) (see ``compute_ratio``). All three
-    have the same gradient when old_log_probs equal log_probs (detached).
-    ``epsilon_high`` (clip-higher, DAPO) sets the upper clip edge separately; None
-    (the default) means ``epsilon``, the symmetric PPO/GRPO clip. A larger upper edge
-    lets unlikely tokens with positive delta grow further per batch (against entropy
-    collapse); DAPO uses epsilon 0.2, epsilon_high 0.28.
+    * ``naive``:     -log_probs * A
+    * ``unclipped``: -r * A
+    * ``clipped``:   -min(r A, clip(r, 1 - eps_l, 1 + eps_h) A)   (PPO/GRPO; DAPO clip-higher)
+    * ``dual_clip``: as ``clipped``, but for A < 0 the objective is bounded below by
+      ``dual_clip_c`` * A: -max(min(r A, clip(r) A), c A) (Ye et al. 2020, arXiv 1912.09729,
+      dual-clip PPO); c > 1. Stops a huge ratio on a bad token from giving an unbounded update.
+    * ``cispo``:     -sg(clip(r, 1 - eps_l, 1 + eps_h)) * A * log_probs (MiniMax-M1, arXiv
+      2506.13585, eq. 4-5): the *weight* is clipped, so no token's gradient is dropped.
+    * ``sapo``:      -(4 / tau) sigmoid(tau (r - 1)) * A with tau = ``sapo_temperature_pos``
+      for A > 0 and ``sapo_temperature_neg`` otherwise (SAPO, arXiv 2511.20347; TRL's
+      ``loss_type="sapo"``): a soft gate, gradient weight 4 sigma (1 - sigma) r A, 1 at r = 1.
 
-    Ranges: ``epsilon`` any positive finite number (with epsilon >= 1 the lower edge
-    1 - epsilon <= 0 never binds, since a ratio is positive: a way to switch the lower
-    clip off); ``epsilon_high`` positive finite or None. Only the clipped mode reads them.
-    ``return_clip_mask=True`` also returns ``clip_mask(...)`` (int8[batch, trial, pos]:
-    -1 clipped low, +1 clipped high, 0 not clipped; all 0 for naive / unclipped).
+    ``importance_sampling_level``: ``"token"`` (r_t = exp(log_probs - old_log_probs) per
+    token, ``compute_ratio``) or ``"sequence"`` (GSPO: one ratio per response,
+    s_i = exp(``sequence_log_ratio``), the mean log-ratio over the response's real tokens,
+    broadcast over pos; arXiv 2507.18071 eq. 5-7). ``mask`` float/bool[batch, trial, pos]
+    says which slots are real (None: all); only the sequence level reads it. Aggregate
+    the result with ``masking.aggregate_loss`` (GSPO's eq. 5 is ``sequence_mean``).
+
+    All modes have the same gradient as ``naive`` when old_log_probs equal log_probs
+    (detached). ``epsilon`` any positive finite number (>= 1: the lower edge never binds).
+    ``return_clip_mask=True`` (token level, naive / unclipped / clipped only) also
+    returns ``clip_mask(...)``.
     """
     _check_inputs(log_probs, deltas, mode, old_log_probs, epsilon, check_frozen, epsilon_high)
+    bool_mask = _check_mask(mask, log_probs, importance_sampling_level)
+    if mode == "dual_clip":
+        _check_number(dual_clip_c, "dual_clip_c", low=1.0)
+    if mode == "sapo":
+        _check_number(sapo_temperature_pos, "sapo_temperature_pos")
+        _check_number(sapo_temperature_neg, "sapo_temperature_neg")
+    if return_clip_mask and (
+        mode not in ("naive", "unclipped", "clipped") or importance_sampling_level != "token"
+    ):
+        raise ValueError(
+            f"return_clip_mask supports token-level naive / unclipped / clipped only, got mode "
+            f"{mode!r} with importance_sampling_level {importance_sampling_level!r}"
+        )
     delta = deltas[:, :, None]  # [batch, trial, 1] broadcasts over pos
+    upper = epsilon if epsilon_high is None else epsilon_high
     if mode == "naive":
         loss = -log_probs * delta
     else:
-        ratio = compute_ratio(log_probs, old_log_probs)
+        if importance_sampling_level == "token":
+            ratio = compute_ratio(log_probs, old_log_probs)
+        else:  # one ratio per response, [batch, trial, 1]
+            log_s = sequence_log_ratio(log_probs, old_log_probs, bool_mask)
+            ratio = torch.exp(log_s.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
         if mode == "unclipped":
             loss = -ratio * delta
-        else:
-            upper = epsilon if epsilon_high is None else epsilon_high
+        elif mode in ("clipped", "dual_clip"):
             clipped_ratio = ratio.clamp(1 - epsilon, 1 + upper)
-            loss = -torch.minimum(ratio * delta, clipped_ratio * delta)
+            objective = torch.minimum(ratio * delta, clipped_ratio * delta)
+            if mode == "dual_clip":
+                bounded = torch.maximum(objective, dual_clip_c * delta)
+                objective = torch.where(delta < 0, bounded, objective)
+            loss = -objective
+        elif mode == "cispo":
+            weight = ratio.clamp(1 - epsilon, 1 + upper).detach()
+            loss = -weight * delta * log_probs
+        else:  # sapo
+            tau = torch.where(
+                delta > 0,
+                torch.full_like(delta, float(sapo_temperature_pos)),
+                torch.full_like(delta, float(sapo_temperature_neg)),
+            )
+            loss = -torch.sigmoid(tau * (ratio - 1)) * (4 / tau) * delta
+        loss = loss.expand(log_probs.shape)
     if not return_clip_mask:
         return loss
     if mode != "clipped":
@@ -134,15 +234,30 @@ def compute_loss(
     epsilon: float = 0.2,
     check_frozen: bool = True,
     epsilon_high: float | None = None,
+    **objective_options,
 ) -> torch.Tensor:
     """Scalar loss: the mean of ``compute_per_token_loss`` over batch, trial and pos.
 
     ``epsilon`` defaults to 0.2 (the lecture hard-coded 0.01); ``epsilon_high`` is the
-    optional separate upper clip edge (clip-higher). For variable-length responses use
-    ``compute_per_token_loss`` with ``masking.aggregate_loss`` instead of this mean.
+    optional separate upper clip edge (clip-higher). ``objective_options`` are passed on
+    (``importance_sampling_level``, ``dual_clip_c``, the SAPO temperatures). For
+    variable-length responses use ``compute_per_token_loss`` with
+    ``masking.aggregate_loss`` instead of this mean.
     """
+    if "mask" in objective_options:
+        raise ValueError(
+            "compute_loss takes the plain mean over every slot; with a mask use "
+            "compute_per_token_loss(..., mask=mask) and masking.aggregate_loss"
+        )
     return compute_per_token_loss(
-        log_probs, deltas, mode, old_log_probs, epsilon, check_frozen, epsilon_high
+        log_probs,
+        deltas,
+        mode,
+        old_log_probs,
+        epsilon,
+        check_frozen,
+        epsilon_high,
+        **objective_options,
     ).mean()
 
 
@@ -202,16 +317,7 @@ def clip_fraction(
 # --------------------------------------------------------------------------------------
 
 
-def token_level_objective(log_probs: torch.Tensor, rollout, config) -> torch.Tensor:
-    """Per-token loss float[batch, trial, pos] with per-token ratios pi_t / pi_old,t.
-
-    ``config.loss_mode`` picks naive / unclipped / clipped (``compute_per_token_loss``);
-    the ratio's reference is ``rollout.old_log_probs``. With
-    ``config.detach_old_log_probs=False`` it is instead the current log-probs, still
-    attached to the graph: the freeze pitfall, where the ratio is exactly 1 with zero
-    gradient. (A second forward pass with gradients would give the same values and
-    cancel only up to float rounding, ~1e-9, which Adam would amplify into noise.)
-    """
+def _objective(log_probs: torch.Tensor, rollout, config, level: str) -> torch.Tensor:
     if config.loss_mode == "naive":
         old = None
     elif config.detach_old_log_probs:
@@ -226,9 +332,41 @@ def token_level_objective(log_probs: torch.Tensor, rollout, config) -> torch.Ten
         epsilon=config.epsilon,
         check_frozen=config.detach_old_log_probs,
         epsilon_high=config.epsilon_high,
+        importance_sampling_level=level,
+        mask=rollout.mask if level == "sequence" else None,
+        dual_clip_c=config.dual_clip_c,
+        sapo_temperature_pos=config.sapo_temperature_pos,
+        sapo_temperature_neg=config.sapo_temperature_neg,
     )
+
+
+def token_level_objective(log_probs: torch.Tensor, rollout, config) -> torch.Tensor:
+    """Per-token loss float[batch, trial, pos] with per-token ratios pi_t / pi_old,t.
+
+    ``config.loss_mode`` picks the loss (``compute_per_token_loss``); the ratio's
+    reference is ``rollout.old_log_probs``. With ``config.detach_old_log_probs=False``
+    it is instead the current log-probs, still attached to the graph: the freeze
+    pitfall, where the ratio is exactly 1 with zero gradient. (A second forward pass
+    with gradients would give the same values and cancel only up to float rounding,
+    ~1e-9, which Adam would amplify into noise.)
+    """
+    return _objective(log_probs, rollout, config, "token")
+
+
+def sequence_level_objective(log_probs: torch.Tensor, rollout, config) -> torch.Tensor:
+    """GSPO: the same losses with one ratio per response, s_i (arXiv 2507.18071 eq. 5-7).
+
+    s_i = exp(mean over response i's real tokens (``rollout.mask``) of log pi - log pi_old),
+    clipped per sequence; float[batch, trial, pos] (constant over a response's tokens for
+    the ratio losses). GSPO's paper clips at epsilon 3e-4, epsilon_high 4e-4 and averages
+    per sequence (``loss_aggregation="sequence_mean"``).
+    """
+    return _objective(log_probs, rollout, config, "sequence")
 
 
 #: name -> objective ``fn(log_probs, rollout, config) -> per-token loss``
 #: (``TrainConfig.importance_sampling_level``).
-POLICY_OBJECTIVES: dict[str, object] = {"token": token_level_objective}
+POLICY_OBJECTIVES: dict[str, object] = {
+    "token": token_level_objective,
+    "sequence": sequence_level_objective,
+}

@@ -86,8 +86,116 @@ def keep_all_groups(rollout: Rollout, config) -> Rollout:
     return rollout
 
 
+def tied_groups(rewards: torch.Tensor) -> torch.Tensor:
+    """bool[batch]: the groups whose G rewards all tie (zero std, no learning signal)."""
+    if rewards.ndim != 2 or rewards.shape[0] == 0:
+        raise ValueError(
+            f"rewards must be [batch, trial] with batch >= 1, got {list(rewards.shape)}"
+        )
+    return (rewards == rewards[:, :1]).all(dim=-1)
+
+
+def select_groups(rollout: Rollout, keep: torch.Tensor) -> Rollout:
+    """The rollout restricted to the prompts (groups) where ``keep`` bool[batch] is True."""
+
+    def pick(x):
+        return None if x is None else x[keep]
+
+    return Rollout(
+        rollout.prompts[keep],
+        rollout.responses[keep],
+        rollout.mask[keep],
+        rollout.rewards[keep],
+        pick(rollout.deltas),
+        pick(rollout.old_log_probs),
+        pick(rollout.ref_log_probs),
+    )
+
+
+def dynamic_sampling(rollout: Rollout, config=None) -> Rollout:
+    """DAPO's dynamic sampling (Yu et al. 2025, arXiv 2503.14476, eq. 11): drop every group
+    whose rewards all tie; with a group baseline they would get all-zero deltas.
+
+    DAPO keeps sampling until the batch is full again; here the batch simply shrinks (a
+    batch-size-preserving variant needs the sampler, which a filter does not hold). When
+    *every* group ties the rollout is returned unchanged: there is nothing to keep, and
+    with a group baseline its deltas are all zero, so the step changes nothing.
+    """
+    keep = ~tied_groups(rollout.rewards)
+    if not keep.any():
+        return rollout
+    return select_groups(rollout, keep)
+
+
+def overlong_penalty(
+    lengths: torch.Tensor, max_length: int, buffer: int, factor: float = 1.0
+) -> torch.Tensor:
+    """DAPO's soft overlong punishment (arXiv 2503.14476, eq. 13), float32 like ``lengths``.
+
+    R_length(|y|) = 0 for |y| <= L_max - L_cache, ((L_max - L_cache) - |y|) / L_cache
+    inside the buffer, -1 beyond L_max; times ``factor``. ``lengths`` int/float[batch,
+    trial] (tokens per response, EOS included), ``max_length`` = L_max, ``buffer`` =
+    L_cache (1 <= buffer <= max_length). TRL: ``trl.rewards.get_soft_overlong_punishment``.
+    """
+    if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1:
+        raise ValueError(f"max_length must be a positive int, got {max_length!r}")
+    if not isinstance(buffer, int) or isinstance(buffer, bool) or not 1 <= buffer <= max_length:
+        raise ValueError(f"buffer must be an int in 1 .. max_length={max_length}, got {buffer!r}")
+    if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not factor >= 0:
+        raise ValueError(f"factor must be a number >= 0, got {factor!r}")
+    lengths = lengths.to(torch.float32)
+    start = max_length - buffer
+    inside = (start - lengths) / buffer
+    penalty = torch.where(lengths <= start, torch.zeros_like(lengths), inside)
+    return factor * torch.where(lengths > max_length, torch.full_like(lengths, -1.0), penalty)
+
+
+def truncated_responses(rollout: Rollout, eos_token: int) -> torch.Tensor:
+    """bool[batch, trial]: responses cut off at the maximum length (no EOS anywhere)."""
+    return ~(rollout.responses == eos_token).any(dim=-1)
+
+
+def overlong_shaping(rollout: Rollout, config) -> Rollout:
+    """Add DAPO's soft overlong penalty to the rewards (``overlong_penalty``), with
+    L_max = ``config.response_length``, L_cache = ``config.overlong_buffer``, factor
+    ``config.overlong_penalty_factor``; |y| = real tokens (``rollout.mask``, EOS counted)."""
+    lengths = rollout.mask.sum(dim=-1)
+    penalty = overlong_penalty(
+        lengths, config.response_length, config.overlong_buffer, config.overlong_penalty_factor
+    )
+    shaped = Rollout(rollout.prompts, rollout.responses, rollout.mask, rollout.rewards + penalty)
+    return shaped
+
+
+def overlong_filtering(rollout: Rollout, config) -> Rollout:
+    """DAPO's overlong filtering (arXiv 2503.14476, sec. 3.4): truncated responses (no EOS;
+    EOS is token ``config.vocab_size``) get an all-zero mask, so no token of theirs enters
+    the loss. Their rewards still count in the group baseline. If every response is
+    truncated the rollout is returned unchanged (a loss over no tokens is undefined)."""
+    cut = truncated_responses(rollout, config.vocab_size)  # [batch, trial]
+    if bool(cut.all()):
+        return rollout
+    mask = torch.where(cut[:, :, None], torch.zeros_like(rollout.mask), rollout.mask)
+    return Rollout(rollout.prompts, rollout.responses, mask, rollout.rewards)
+
+
+def dapo_filter(rollout: Rollout, config) -> Rollout:
+    """DAPO's batch recipe: overlong shaping of the rewards, then dynamic sampling (the
+    tie test reads the shaped rewards)."""
+    return dynamic_sampling(overlong_shaping(rollout, config), config)
+
+
 #: name -> batch filter ``fn(rollout, config) -> Rollout`` (``TrainConfig.batch_filter``).
-BATCH_FILTERS: dict[str, object] = {"none": keep_all_groups}
+BATCH_FILTERS: dict[str, object] = {
+    "none": keep_all_groups,
+    "dynamic_sampling": dynamic_sampling,
+    "overlong_shaping": overlong_shaping,
+    "overlong_filtering": overlong_filtering,
+    "dapo": dapo_filter,
+}
+
+#: Filters that read EOS / the maximum length: the variable-length task only.
+OVERLONG_FILTERS: tuple[str, ...] = ("overlong_shaping", "overlong_filtering", "dapo")
 
 
 def frac_reward_zero_std(rewards: torch.Tensor) -> float:
@@ -96,9 +204,4 @@ def frac_reward_zero_std(rewards: torch.Tensor) -> float:
     rewards float[batch, trial] -> a float in [0, 1]. Such a group gets zero centred
     deltas: it contributes no gradient (DAPO's dynamic sampling drops it).
     """
-    if rewards.ndim != 2 or rewards.shape[0] == 0:
-        raise ValueError(
-            f"rewards must be [batch, trial] with batch >= 1, got {list(rewards.shape)}"
-        )
-    tied = (rewards == rewards[:, :1]).all(dim=-1)
-    return tied.float().mean().item()
+    return tied_groups(rewards).float().mean().item()

@@ -134,7 +134,9 @@ def _train(config: TrainConfig, callback, policy) -> History:
         with torch.no_grad():
             rollout.old_log_probs = source.old_log_probs(rollout)  # [batch, trial, pos]
             if config.kl_penalty > 0:
-                rollout.ref_log_probs = history.ref_model.log_probs(prompts, responses)
+                rollout.ref_log_probs = history.ref_model.log_probs(
+                    rollout.prompts, rollout.responses
+                )
 
         # 4. several optimizer steps on this one batch
         for inner_step in range(config.num_steps_per_epoch):
