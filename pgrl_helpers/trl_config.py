@@ -37,6 +37,7 @@ from .losses import LOSS_MODES
 DELTA_MODE_TO_SCALE_REWARDS: dict[str, str] = {
     "centered_rewards": "none",
     "normalized_rewards": "group",
+    "batch_normalized_rewards": "batch",
 }
 
 #: Our delta modes with no GRPOTrainer equivalent, and why.
@@ -53,12 +54,15 @@ UNSUPPORTED_DELTA_MODES: dict[str, str] = {
         "the leave-one-out baseline is TRL's RLOOTrainer, not GRPOTrainer (scale_rewards='none' "
         "is the nearest and differs by the factor G / (G - 1))"
     ),
+    "reinforce_pp_baseline": (
+        "GRPOTrainer has no REINFORCE++ normalisation (group-centred rewards divided by the "
+        "batch std of the centred rewards); scale_rewards='batch' divides by the std of the raw "
+        "rewards instead"
+    ),
 }
 
 #: TRL's ``scale_rewards`` values with no delta mode of ours.
-TRL_ONLY_SCALE_REWARDS: dict[str, str] = {
-    "batch": "divide by the std of the whole batch instead of each group's (PPO-Lite)",
-}
+TRL_ONLY_SCALE_REWARDS: dict[str, str] = {}
 
 #: Our ``loss_aggregation`` -> TRL's ``loss_type`` with the same aggregation (masking.py).
 AGGREGATION_TO_LOSS_TYPE: dict[str, str] = {
@@ -152,6 +156,13 @@ def loss_kwargs_for(
     if loss_mode not in LOSS_MODES:
         raise ValueError(
             f"unknown loss_mode {loss_mode!r}; valid values are: {', '.join(LOSS_MODES)}"
+        )
+    if loss_mode not in ("naive", "unclipped", "clipped"):
+        raise ValueError(
+            f"loss_mode {loss_mode!r} is not mapped to a GRPOConfig here: TRL's 'cispo' and "
+            "'sapo' loss types parameterise their clip differently (notebook 11 and "
+            "pgrl_helpers.trl_objectives check them against ours directly), and TRL has no "
+            "dual-clip; use 'naive', 'unclipped' or 'clipped' with this bridge"
         )
     if loss_mode == "naive" and num_steps_per_epoch != 1:
         raise ValueError(
