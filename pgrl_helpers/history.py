@@ -65,7 +65,7 @@ class History(list):
     current frozen reference, or None), ``ref_refresh_epochs`` (epochs at which the
     reference was refreshed), ``heldout_prompts`` int[n, pos], ``train_prompts``
     (the lecture prompts, or the last random batch), ``stop_reason`` (None, 'callback'
-    or 'target').
+    or 'target'), ``advantage_estimator`` (the run's estimator object).
     """
 
     def __init__(self, config):
@@ -77,6 +77,9 @@ class History(list):
         self.heldout_prompts: torch.Tensor | None = None
         self.train_prompts: torch.Tensor | None = None
         self.stop_reason: str | None = None
+        #: the run's advantage estimator object (``advantages.build_estimator``); for
+        #: 'gae' it holds the critic (``.critic``) and its per-epoch ``.value_losses``
+        self.advantage_estimator = None
 
     def steps(self) -> list[dict]:
         """The step records."""
