@@ -205,3 +205,17 @@ def test_credit_noise_limits_on_an_enumerated_policy():
     var = float((probs * (rewards - (probs * rewards).sum()) ** 2).sum())
     loo = credit_noise(responses, mask, probs, rewards, 1.0, group_size=8)
     assert abs(loo - (mc + var / 7)) < 1e-6 and 0 < mc < var
+
+
+def test_kl_in_reward_runs_and_keeps_the_kl_out_of_the_loss():
+    config = replace(PPO, num_epochs=2, kl_penalty=0.5, kl_in_reward=True)
+    history = run_policy_gradient(config)
+    steps = history.steps()
+    assert all(r["kl"] is not None for r in steps)  # still logged
+    in_loss = run_policy_gradient(replace(config, kl_in_reward=False))
+    # Epoch 0: the reference is the initial policy, so k1 = 0 at sampling and both runs take
+    # the same first step (k3's gradient is 0 there too). At step 1 the KL is > 0: in the
+    # loss it adds kl_penalty x kl; in the reward it changes nothing until the next rollout.
+    other = in_loss.steps()
+    assert steps[0]["loss"] == other[0]["loss"] and steps[1]["kl"] > 0
+    assert abs(other[1]["loss"] - steps[1]["loss"] - 0.5 * steps[1]["kl"]) < 1e-6
