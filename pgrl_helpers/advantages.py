@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from ._validate import check_finite, check_mode, check_ndim
+from .value import GAEEstimator
 
 DELTA_MODES: tuple[str, ...] = (
     "rewards",
@@ -115,5 +116,32 @@ def group_baseline_deltas(rollout, config) -> torch.Tensor:
     return compute_deltas(rollout.rewards, config.deltas_mode)
 
 
-#: name -> estimator ``fn(rollout, config) -> deltas`` (``TrainConfig.advantage_estimator``).
-ADVANTAGE_ESTIMATORS: dict[str, object] = {"group": group_baseline_deltas}
+class _StatelessEstimator:
+    """Wraps a plain estimator function in the estimator-object interface."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, rollout, config) -> torch.Tensor:
+        return self.fn(rollout, config)
+
+    def after_epoch(self, rollout) -> None:
+        """Nothing to train: a group baseline has no state."""
+
+
+def build_estimator(name: str, policy, config):
+    """The run's estimator object: ``estimator(rollout, config) -> deltas`` + ``after_epoch``.
+
+    A registry entry is either a function ``fn(rollout, config) -> deltas`` (stateless,
+    like the group baselines) or a class built once per run as ``Cls(policy, config)``
+    whose objects are called the same way and also have ``after_epoch(rollout)``, run
+    after the epoch's policy steps (``value.GAEEstimator`` trains its critic there).
+    Deltas are float[batch, trial] (one per response) or float[batch, trial, pos].
+    """
+    entry = ADVANTAGE_ESTIMATORS[name]
+    return entry(policy, config) if isinstance(entry, type) else _StatelessEstimator(entry)
+
+
+#: name -> estimator function ``fn(rollout, config) -> deltas`` or estimator class
+#: ``Cls(policy, config)`` (``TrainConfig.advantage_estimator``; see ``build_estimator``).
+ADVANTAGE_ESTIMATORS: dict[str, object] = {"group": group_baseline_deltas, "gae": GAEEstimator}

@@ -119,6 +119,20 @@ class TrainConfig:
     rollout_source: str = "on_policy"
     """Who samples, and whose log-probs are old: a key of ``rollout.ROLLOUT_SOURCES``."""
 
+    # PPO with a value model (advantage_estimator 'gae'; see value.py and gae.py)
+    gamma: float = 1.0
+    """GAE discount gamma in [0, 1] (per token; 1: no discount within a response)."""
+    gae_lambda: float = 0.95
+    """GAE lambda in [0, 1]: 0 = one-step TD error, 1 = Monte Carlo return minus V."""
+    critic_learning_rate: float | None = None
+    """Adam learning rate of the separate critic (None: learning_rate)."""
+    value_clip: float | None = 0.2
+    """PPO2 value clipping range for the critic's loss (None: unclipped squared error)."""
+    whiten_advantages: bool = True
+    """'gae': normalise the per-token advantages over the batch's real tokens (PPO's usual)."""
+    kl_in_reward: bool = False
+    """True: -kl_penalty x k1 per token in the reward (PPO-RLHF; 'gae' only), not in the loss."""
+
     @property
     def response_length(self) -> int:
         """Slots per sampled response: prompt_length, or the autoregressive maximum."""
@@ -127,6 +141,46 @@ class TrainConfig:
         if self.max_response_length is None:
             return self.prompt_length + 2
         return self.max_response_length
+
+    @property
+    def kl_loss_coef(self) -> float:
+        """Weight of the KL term in the loss: kl_penalty, or 0 when the KL is in the reward."""
+        return 0.0 if self.kl_in_reward else self.kl_penalty
+
+    def _validate_value_options(self) -> None:
+        """Checks of the 'gae' fields: gamma, gae_lambda, critic lr, value_clip, kl_in_reward."""
+        for name in ("gamma", "gae_lambda"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or not 0 <= value <= 1
+            ):
+                raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+        for name in ("critic_learning_rate", "value_clip"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise ValueError(f"{name} must be a positive finite number or None, got {value!r}")
+        for name in ("whiten_advantages", "kl_in_reward"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.advantage_estimator == "gae" and self.model != "autoregressive":
+            raise ValueError(
+                "advantage_estimator 'gae' needs model 'autoregressive' (its critic is the "
+                f"autoregressive trunk with a value head), got model {self.model!r}"
+            )
+        if self.kl_in_reward and (self.advantage_estimator != "gae" or self.kl_penalty <= 0):
+            raise ValueError(
+                "kl_in_reward puts -kl_penalty x k1 into per-token rewards: it needs "
+                "advantage_estimator 'gae' (per-token advantages) and kl_penalty > 0, got "
+                f"{self.advantage_estimator!r} and {self.kl_penalty!r}"
+            )
 
     def _validate_response_options(self) -> None:
         """Checks of task, model pairing, loss_aggregation, max_response_length, epsilon_high."""
@@ -233,7 +287,12 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive int or None, got {value!r}")
-        if self.deltas_mode in GROUP_MODES and self.num_responses < 2:
+        self._validate_value_options()
+        if (
+            self.advantage_estimator == "group"
+            and self.deltas_mode in GROUP_MODES
+            and self.num_responses < 2
+        ):
             raise ValueError(
                 f"deltas_mode {self.deltas_mode!r} compares responses within a group and "
                 f"needs num_responses (G) >= 2, got {self.num_responses}"

@@ -75,7 +75,7 @@ class History(list):
     lecture prompts, or the last random batch), ``num_train_prompts`` (prompts trained on,
     all epochs), ``train_prompts_with_heldout_key`` (how many of those had a held-out key:
     0 by construction, counted so anyone can verify it), ``stop_reason`` (None, 'callback'
-    or 'target').
+    or 'target'), ``advantage_estimator`` (the run's estimator object).
     """
 
     def __init__(self, config):
@@ -91,6 +91,9 @@ class History(list):
         self.num_train_prompts = 0
         self.train_prompts_with_heldout_key = 0
         self.stop_reason: str | None = None
+        #: the run's advantage estimator object (``advantages.build_estimator``); for
+        #: 'gae' it holds the critic (``.critic``) and its per-epoch ``.value_losses``
+        self.advantage_estimator = None
 
     def record_training_prompts(self, prompts: torch.Tensor, keys: torch.Tensor) -> None:
         """Keep the epoch's prompts int[batch, pos] and count those whose key is held out."""

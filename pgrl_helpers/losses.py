@@ -2,7 +2,8 @@
 and the 2025 family: dual-clip PPO, CISPO, SAPO, and GSPO's sequence-level ratio.
 
 Shapes: log_probs and old_log_probs float[batch, trial, pos] (one value per
-sampled token), deltas float[batch, trial] (one per response, broadcast over pos).
+sampled token), deltas float[batch, trial] (one per response, broadcast over pos) or
+float[batch, trial, pos] (one per token, e.g. GAE advantages from ``pgrl_helpers.gae``).
 ``compute_per_token_loss`` returns float[batch, trial, pos] so a caller can choose
 the reduction; ``compute_loss`` takes the mean over every token, as the lecture does.
 """
@@ -54,15 +55,26 @@ def _check_number(value, name: str, low: float = 0.0) -> None:
         raise ValueError(f"{name} must be a finite number > {low:g}, got {value!r}")
 
 
+def _check_deltas(deltas, shape) -> None:
+    """deltas float[batch, trial] (one per response) or float[batch, trial, pos] (per token)."""
+    if not isinstance(deltas, torch.Tensor):
+        raise TypeError(f"deltas must be a torch.Tensor, got {type(deltas).__name__}")
+    if tuple(deltas.shape) not in (tuple(shape[:2]), tuple(shape)):
+        raise ValueError(
+            f"deltas must be [batch, trial] or [batch, trial, pos] matching log_probs: "
+            f"deltas {list(deltas.shape)}, log_probs {list(shape)}"
+        )
+
+
+def _per_token(deltas: torch.Tensor) -> torch.Tensor:
+    """[batch, trial] -> [batch, trial, 1] (broadcasts over pos); [batch, trial, pos] as is."""
+    return deltas[:, :, None] if deltas.ndim == 2 else deltas
+
+
 def _check_inputs(log_probs, deltas, mode, old_log_probs, epsilon, check_frozen, epsilon_high=None):
     check_mode(mode, LOSS_MODES, "loss mode")
     check_ndim(log_probs, 3, "log_probs", "batch, trial, pos")
-    check_ndim(deltas, 2, "deltas", "batch, trial")
-    if deltas.shape != log_probs.shape[:2]:
-        raise ValueError(
-            f"deltas must be [batch, trial] matching log_probs: deltas {list(deltas.shape)}, "
-            f"log_probs {list(log_probs.shape)}"
-        )
+    _check_deltas(deltas, log_probs.shape)
     check_finite(deltas, "deltas")
     check_finite(log_probs, "log_probs")
     if mode != "naive":
@@ -189,7 +201,7 @@ def compute_per_token_loss(
             f"return_clip_mask supports token-level naive / unclipped / clipped only, got mode "
             f"{mode!r} with importance_sampling_level {importance_sampling_level!r}"
         )
-    delta = deltas[:, :, None]  # [batch, trial, 1] broadcasts over pos
+    delta = _per_token(deltas)  # [batch, trial, 1] broadcasts over pos, or per token
     upper = epsilon if epsilon_high is None else epsilon_high
     if mode == "naive":
         loss = -log_probs * delta
@@ -275,11 +287,11 @@ def clip_mask(
     where the clipped loss has zero gradient (TRL logs their means as
     ``clip_ratio/high_mean`` and ``clip_ratio/low_mean``).
     """
-    check_ndim(deltas, 2, "deltas", "batch, trial")
+    _check_deltas(deltas, log_probs.shape)
     upper = epsilon if epsilon_high is None else epsilon_high
     with torch.no_grad():
         ratio = compute_ratio(log_probs, old_log_probs)
-        delta = deltas[:, :, None].expand_as(ratio)
+        delta = _per_token(deltas).expand_as(ratio)
         high = (delta > 0) & (ratio > 1 + upper)
         low = (delta < 0) & (ratio < 1 - epsilon)
         return high.to(torch.int8) - low.to(torch.int8)

@@ -30,7 +30,8 @@ class Rollout:
     * ``responses`` int64[batch, trial, pos]
     * ``mask`` float32[batch, trial, pos]: 1 for a real token (EOS included), 0 for padding
     * ``rewards`` float32[batch, trial]
-    * ``deltas`` float[batch, trial]: the advantage-like weights (set by the estimator)
+    * ``deltas`` float[batch, trial] or, per token (GAE), float[batch, trial, pos]: the
+      advantage-like weights (set by the estimator)
     * ``old_log_probs`` float[batch, trial, pos]: log-probs of the policy that sampled the
       responses, frozen (no gradient)
     * ``ref_log_probs`` float[batch, trial, pos] or None: the reference model's, frozen

@@ -12,9 +12,11 @@ The loop talks to three interfaces and never asks which model or task it runs:
 Per epoch, the four steps the lecture names:
 
 1. refresh the frozen reference model on schedule (only when the KL term is on);
-2. sample G responses per prompt and score them (rewards, then deltas, once);
-3. freeze the old log-probs (for the ratio) and the reference log-probs;
-4. take ``num_steps_per_epoch`` optimizer steps on that batch.
+2. sample G responses per prompt and score them (rewards, once);
+3. freeze the old log-probs (for the ratio) and the reference log-probs, then make the
+   deltas (an estimator may read those log-probs: a KL penalty in the reward);
+4. take ``num_steps_per_epoch`` optimizer steps on that batch, then let the estimator
+   learn from it (``estimator.after_epoch``: PPO's critic steps; nothing for GRPO).
 
 Four named extension points, each a registry keyed by a ``TrainConfig`` field:
 ``rollout.ROLLOUT_SOURCES`` (``rollout_source``), ``rollout.BATCH_FILTERS``
@@ -30,7 +32,7 @@ from collections.abc import Callable
 import torch
 from tqdm.auto import tqdm
 
-from .advantages import ADVANTAGE_ESTIMATORS
+from .advantages import build_estimator
 from .config import MODEL_NAMES, PROMPT_SOURCES, TASKS, TrainConfig, config_fields
 from .history import EVAL_KEYS, METRICS, STEP_KEYS, History, history_columns
 from .kl import kl_per_response
@@ -101,7 +103,8 @@ def _train(config: TrainConfig, callback, policy) -> History:
     history.heldout_keys = heldout_keys
     source = ROLLOUT_SOURCES[config.rollout_source](policy, config)
     batch_filter = BATCH_FILTERS[config.batch_filter]
-    estimate_deltas = ADVANTAGE_ESTIMATORS[config.advantage_estimator]
+    estimator = build_estimator(config.advantage_estimator, policy, config)
+    history.advantage_estimator = estimator
     objective = POLICY_OBJECTIVES[config.importance_sampling_level]
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
     prompt_generator = torch.Generator().manual_seed(config.seed)
@@ -118,7 +121,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
             history.ref_model = _freeze(policy)
             history.ref_refresh_epochs.append(epoch)
 
-        # 2. sample G responses per prompt; score them once
+        # 2. sample G responses per prompt; score them once (deltas: after step 3)
         prompts = task.training_prompts(config.batch_prompts, prompt_generator, heldout_keys)
         history.record_training_prompts(prompts, task.prompt_key(prompts))  # [batch, pos]
         responses, mask = source.sample(prompts, config.num_responses, sample_generator)
@@ -128,15 +131,15 @@ def _train(config: TrainConfig, callback, policy) -> History:
         except ValueError as err:
             raise ValueError(f"rewards at epoch {epoch}, step {counters['step']}: {err}") from err
         rollout = batch_filter(Rollout(prompts, responses, mask, rewards), config)
-        rollout.deltas = estimate_deltas(rollout, config)  # [batch, trial]
 
-        # 3. frozen log-probs of the sampling policy and of the reference model
+        # 3. frozen log-probs of the sampling policy and of the reference model; deltas
         with torch.no_grad():
             rollout.old_log_probs = source.old_log_probs(rollout)  # [batch, trial, pos]
             if config.kl_penalty > 0:
                 rollout.ref_log_probs = history.ref_model.log_probs(
                     rollout.prompts, rollout.responses
                 )
+        rollout.deltas = estimator(rollout, config)  # [batch, trial] or [batch, trial, pos]
 
         # 4. several optimizer steps on this one batch
         for inner_step in range(config.num_steps_per_epoch):
@@ -150,7 +153,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
                 kl = kl_per_response(
                     log_probs, rollout.ref_log_probs, config.kl_estimator, rollout.mask
                 )
-                loss = loss + config.kl_penalty * kl
+                loss = loss + config.kl_loss_coef * kl
             with torch.set_grad_enabled(config.entropy_coef > 0):
                 entropy = policy.mean_entropy(rollout.prompts, rollout.responses, rollout.mask)
             if config.entropy_coef > 0:
@@ -172,6 +175,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
                     f"{epoch}, step {counters['step']}: try a smaller learning_rate"
                 )
             counters["step"] += 1
+        estimator.after_epoch(rollout)  # e.g. the critic's steps (advantage_estimator 'gae')
 
         bar.set_postfix(mean_reward=f"{record['mean_reward']:.3f}", refresh=False)
         epochs_done = epoch + 1
