@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 from .advantages import ADVANTAGE_ESTIMATORS
 from .config import MODEL_NAMES, PROMPT_SOURCES, TASKS, TrainConfig, config_fields
 from .history import EVAL_KEYS, METRICS, STEP_KEYS, History, history_columns
+from .infra import PhaseClock
 from .kl import kl_per_response
 from .losses import POLICY_OBJECTIVES, clip_fraction, compute_ratio
 from .masking import aggregate_loss
@@ -107,8 +108,10 @@ def _train(config: TrainConfig, callback, policy) -> History:
     if _evaluate(history, task, config, epochs_done=0, **counters):
         history.stop_reason = "target"
         return history
+    clock = PhaseClock(config.profile_time)
     bar = tqdm(range(config.num_epochs), desc="epochs", disable=not config.progress)
     for epoch in bar:
+        clock.start()
         # 1. refresh the frozen reference model on schedule (only when the KL term is on)
         if config.kl_penalty > 0 and epoch % config.compute_ref_model_period == 0:
             history.ref_model = _freeze(policy)
@@ -119,25 +122,28 @@ def _train(config: TrainConfig, callback, policy) -> History:
         history.train_prompts = prompts  # [batch, prompt_pos]
         responses, mask = source.sample(prompts, config.num_responses, sample_generator)
         counters["responses_sampled"] += responses.shape[0] * responses.shape[1]
+        clock.lap("sampling")
         try:
             rewards = task.reward(prompts, responses)  # [batch, trial]
         except ValueError as err:
             raise ValueError(f"rewards at epoch {epoch}, step {counters['step']}: {err}") from err
         rollout = batch_filter(Rollout(prompts, responses, mask, rewards), config)
         rollout.deltas = estimate_deltas(rollout, config)  # [batch, trial]
+        clock.lap("reward")
 
         # 3. frozen log-probs of the sampling policy and of the reference model
         with torch.no_grad():
             rollout.old_log_probs = source.old_log_probs(rollout)  # [batch, trial, pos]
             if config.kl_penalty > 0:
                 rollout.ref_log_probs = history.ref_model.log_probs(prompts, responses)
+        clock.lap("log_probs")
 
         # 4. several optimizer steps on this one batch
         for inner_step in range(config.num_steps_per_epoch):
             where = (epoch, counters["step"])
             log_probs = policy.log_probs(rollout.prompts, rollout.responses)
             _check_finite(log_probs.detach(), "log-probs", *where)
-            per_token_loss = objective(log_probs, rollout, config)  # [batch, trial, pos]
+            per_token_loss = rollout.weighted(objective(log_probs, rollout, config))
             loss = aggregate_loss(per_token_loss, rollout.mask, config.loss_aggregation)
             kl = None
             if config.kl_penalty > 0:
@@ -152,8 +158,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
             _check_finite(loss.detach(), "loss", *where)
             optimizer.zero_grad()
             loss.backward()
-            grads = [p.grad for p in policy.parameters() if p.grad is not None]
-            grad_norm = torch.nn.utils.get_total_norm(grads)
+            grad_norm = _grad_norm(policy)
             _check_finite(grad_norm, "gradient norm", *where)
             record = _step_record(config, rollout, log_probs, loss, kl, entropy, grad_norm)
             optimizer.step()
@@ -166,12 +171,13 @@ def _train(config: TrainConfig, callback, policy) -> History:
                     f"{epoch}, step {counters['step']}: try a smaller learning_rate"
                 )
             counters["step"] += 1
+        clock.lap("optimizer")
 
         bar.set_postfix(mean_reward=f"{record['mean_reward']:.3f}", refresh=False)
-        epochs_done = epoch + 1
-        if epochs_done % config.eval_every == 0 or epochs_done == config.num_epochs:
-            if _evaluate(history, task, config, epochs_done, **counters):
+        if (epoch + 1) % config.eval_every == 0 or epoch + 1 == config.num_epochs:
+            if _evaluate(history, task, config, epoch + 1, **counters):
                 history.stop_reason = "target"
+        clock.stop("evaluation", history)
         if callback is not None and history.stop_reason is None:
             if callback(epoch, history) in (True, "stop"):
                 history.stop_reason = "callback"
@@ -208,7 +214,7 @@ def _step_record(config, rollout: Rollout, log_probs, loss, kl, entropy, grad_no
             "grad_norm": grad_norm.item(),
             "response_length": rollout.mask.sum(dim=-1).mean().item(),
             "frac_reward_zero_std": frac_reward_zero_std(rollout.rewards),
-        }
+        } | rollout.metrics
 
 
 def evaluate_greedy(policy, prompts: torch.Tensor, task) -> dict[str, float]:
@@ -246,6 +252,11 @@ def _evaluate(history, task, config, epochs_done, step, responses_sampled) -> bo
     )
     target = config.target_heldout_exact_sort
     return target is not None and scores["exact_sort"] >= target
+
+
+def _grad_norm(model: torch.nn.Module) -> torch.Tensor:
+    """L2 norm of all the parameters' gradients together."""
+    return torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
 
 
 def _freeze(model: torch.nn.Module) -> torch.nn.Module:
