@@ -118,7 +118,7 @@ def measure_overlap(config, epochs: int = 10, repeats: int = 3) -> dict[str, flo
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
     sampler = copy.deepcopy(policy)
     gen = torch.Generator().manual_seed(config.seed)
-    prompts = task.training_prompts(config.batch_prompts, gen, None)
+    prompts = task.training_prompts(config.batch_prompts, gen, torch.empty(0, dtype=torch.long))
 
     def sample():
         with torch.no_grad():
