@@ -108,7 +108,8 @@ def measure_overlap(config, epochs: int = 10, repeats: int = 3) -> dict[str, flo
     'sequential' alternates; 'overlapped' runs sampling in a producer thread one batch
     ahead (a frozen copy refreshed with the trainer's weights after each epoch: staleness
     1). Best of ``repeats``. Returns seconds {'sequential', 'overlapped', 'sample',
-    'train'} (the last two per epoch, measured alone), 'speedup' and 'model_speedup'.
+    'train'} (the last two per epoch, measured alone), 'speedup' and 'model_speedup';
+    the four are timed in turn, ``repeats`` times, and each keeps its fastest run.
     torch runs on one intra-op thread, so two Python threads can use two cores only
     where torch releases the GIL.
     """
@@ -153,21 +154,18 @@ def measure_overlap(config, epochs: int = 10, repeats: int = 3) -> dict[str, flo
             train(batches.get())
         thread.join()
 
-    def best(fn):
-        times = []
-        for _ in range(repeats):
+    batch = sample()
+    runs = {"sample": sample, "train": lambda: train(batch)}
+    runs |= {"sequential": sequential, "overlapped": overlapped}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):  # interleaved, so a change of the machine's load hits all four
+        for name, fn in runs.items():
             t0 = time.perf_counter()
             fn()
-            times.append(time.perf_counter() - t0)
-        return min(times)
-
-    batch = sample()
-    result = {
-        "sample": best(sample),
-        "train": best(lambda: train(batch)),
-        "sequential": best(sequential) / epochs,
-        "overlapped": best(overlapped) / epochs,
-    }
+            times[name].append(time.perf_counter() - t0)
+    result = {name: min(t) for name, t in times.items()}
+    result["sequential"] /= epochs
+    result["overlapped"] /= epochs
     result["speedup"] = result["sequential"] / result["overlapped"]
     result["model_speedup"] = overlap_model(result["sample"], result["train"])
     return result
