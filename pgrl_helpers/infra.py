@@ -113,7 +113,18 @@ def measure_overlap(config, epochs: int = 10, repeats: int = 3) -> dict[str, flo
     torch runs on one intra-op thread, so two Python threads can use two cores only
     where torch releases the GIL.
     """
+    threads_before = torch.get_num_threads()
     torch.set_num_threads(1)
+    try:
+        return _measure_overlap(config, epochs, repeats)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _measure_overlap(config, epochs: int, repeats: int) -> dict[str, float]:
+    for name, value in (("epochs", epochs), ("repeats", repeats)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
     policy = config.build_policy()
     task = config.build_task()
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)

@@ -84,7 +84,11 @@ def test_measure_overlap_reports_consistent_times():
         model="transformer", prompt_source="random", prompts_per_epoch=8, embedding_dim=8,
         num_heads=2, num_layers=1, num_steps_per_epoch=2,
     )  # fmt: skip
+    torch.set_num_threads(2)
     result = measure_overlap(config, epochs=3, repeats=1)
+    assert torch.get_num_threads() == 2  # restored
+    with pytest.raises(ValueError, match="epochs"):
+        measure_overlap(config, epochs=0)
     assert set(result) == {
         "sample",
         "train",
