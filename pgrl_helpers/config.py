@@ -20,6 +20,7 @@ from .kl import KL_ESTIMATORS
 from .losses import LOSS_MODES, POLICY_OBJECTIVES
 from .masking import LOSS_AGGREGATIONS
 from .models import LectureModel, SortTransformer
+from .offpolicy import check_off_policy_fields
 from .rollout import BATCH_FILTERS, OVERLONG_FILTERS, ROLLOUT_SOURCES
 from .sort_task import LECTURE_PROMPTS, REWARD_FNS, SortTask, lecture_prompts
 
@@ -132,6 +133,22 @@ class TrainConfig:
     """'gae': normalise the per-token advantages over the batch's real tokens (PPO's usual)."""
     kl_in_reward: bool = False
     """True: -kl_penalty x k1 per token in the reward (PPO-RLHF; 'gae' only), not in the loss."""
+
+    # Off-policy rollouts (rollout_source 'stale'; see pgrl_helpers.offpolicy).
+    staleness: int = 0
+    """'stale' source: epochs (policy versions) the sampler lags behind the trainer."""
+    sampler_temperature: float = 1.0
+    """'stale' source: the sampler divides its logits by this; the loss ignores it."""
+    sampler_dtype: str = "float32"
+    """'stale' source: the sampler rounds its logits to this dtype ('bfloat16': engine-like)."""
+    off_policy_correction: str = "none"
+    """'none' (old = sampler), 'recompute' (old = trainer, no weight), 'tis' or 'mis'."""
+    correction_level: str = "token"
+    """TIS / MIS weights per 'token' or per 'sequence' (product over the response)."""
+    correction_cap: float = 2.0
+    """C of TIS (weights truncated at C) and MIS (weights above C dropped); inf allowed."""
+    profile_time: bool = False
+    """Log the wall time of each phase per epoch (time_* keys; off keeps histories exact)."""
 
     @property
     def response_length(self) -> int:
@@ -265,6 +282,7 @@ class TrainConfig:
         )
         _check_choice(self.batch_filter, tuple(BATCH_FILTERS), "batch_filter")
         _check_choice(self.rollout_source, tuple(ROLLOUT_SOURCES), "rollout_source")
+        check_off_policy_fields(self)
         self._validate_response_options()
         self._validate_objective_options()
         _check_choice(self.prompt_source, PROMPT_SOURCES, "prompt_source")

@@ -34,7 +34,21 @@ METRICS: dict[str, str] = {
     "answered exactly, greedy; logged for reporting, never read by the stopping rule",
     "test_mean_reward": "mean reward of the greedy responses on the test prompts",
     "train_exact_sort": "fraction of the lecture's training prompts sorted greedily (else None)",
+    "ess_fraction": "'stale' source: Kong's effective sample size of the weights pi_train / "
+    "pi_sampler (tokens or sequences, by correction_level) over their count, in (0, 1]",
+    "is_weight_max": "'stale' source: largest importance weight pi_train / pi_sampler",
+    "is_cut_fraction": "'stale' source: fraction of weights above correction_cap (TIS "
+    "truncates them, MIS drops them)",
+    "time_sampling": "profile_time: seconds this epoch spent drawing prompts and sampling "
+    "(reference refresh included)",
+    "time_reward": "profile_time: seconds scoring, filtering and computing deltas",
+    "time_log_probs": "profile_time: seconds freezing old (and reference) log-probs",
+    "time_optimizer": "profile_time: seconds in the epoch's optimizer steps",
+    "time_evaluation": "profile_time: seconds in the held-out evaluation (0 if none ran)",
 }
+
+#: The phases of ``profile_time``, in loop order (each logged as ``time_<phase>``).
+PHASES = ("sampling", "reward", "log_probs", "optimizer", "evaluation")
 
 STEP_KEYS = (
     "kind",
@@ -50,6 +64,13 @@ STEP_KEYS = (
     "grad_norm",
     "response_length",
     "frac_reward_zero_std",
+)
+#: Step keys present only in some runs: the 'stale' source's weights, the time profile.
+OPTIONAL_STEP_KEYS = (
+    "ess_fraction",
+    "is_weight_max",
+    "is_cut_fraction",
+    *(f"time_{phase}" for phase in PHASES),
 )
 EVAL_KEYS = (
     "kind",
@@ -124,6 +145,8 @@ def history_columns(history: list[dict], kind: str = "step") -> dict[str, list]:
     _check_choice(kind, ("step", "eval"), "record kind")
     records = [r for r in history if r.get("kind") == kind]
     keys = STEP_KEYS if kind == "step" else EVAL_KEYS
+    if kind == "step":
+        keys += tuple(k for k in OPTIONAL_STEP_KEYS if any(k in r for r in records))
     return {key: [r.get(key) for r in records] for key in keys}
 
 

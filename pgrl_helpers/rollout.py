@@ -5,6 +5,8 @@ Two of the loop's extension points live here:
 * **rollout sources** (``ROLLOUT_SOURCES``, chosen by ``TrainConfig.rollout_source``):
   who samples the responses and whose log-probs count as "old". ``"on_policy"``: the
   policy being trained samples, and its own frozen log-probs are the old ones.
+  ``"stale"`` (``offpolicy.StaleSource``): a copy lagging ``staleness`` epochs behind,
+  optionally with mismatched numerics, samples (asynchronous RL, engine mismatch).
 * **batch filters** (``BATCH_FILTERS``, ``TrainConfig.batch_filter``): which sampled
   groups the optimizer steps see. ``"none"`` keeps all of them.
 
@@ -17,9 +19,11 @@ A batch filter is a function ``(rollout, config) -> Rollout``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+from .offpolicy import StaleSource
 
 
 @dataclass
@@ -36,6 +40,9 @@ class Rollout:
       responses, frozen (no gradient)
     * ``ref_log_probs`` float[batch, trial, pos] or None: the reference model's, frozen
       (None when the KL term is off)
+    * ``loss_weights`` float[batch, trial, pos] or None: per-token weights an off-policy
+      correction (TIS / MIS, ``offpolicy``) multiplies into the per-token loss; None = 1
+    * ``metrics`` dict: extra step metrics the rollout source reports (e.g. ESS)
     """
 
     prompts: torch.Tensor
@@ -45,11 +52,19 @@ class Rollout:
     deltas: torch.Tensor | None = None
     old_log_probs: torch.Tensor | None = None
     ref_log_probs: torch.Tensor | None = None
+    loss_weights: torch.Tensor | None = None
+    metrics: dict = field(default_factory=dict)
 
     @property
     def num_responses(self) -> int:
         """batch x trial: responses in this rollout."""
         return self.responses.shape[0] * self.responses.shape[1]
+
+    def weighted(self, per_token_loss: torch.Tensor) -> torch.Tensor:
+        """The per-token loss times ``loss_weights`` (unchanged when they are None)."""
+        if self.loss_weights is None:
+            return per_token_loss
+        return per_token_loss * self.loss_weights
 
 
 # --------------------------------------------------------------------------------------
@@ -74,7 +89,7 @@ class OnPolicySource:
 
 
 #: name -> rollout source class (``TrainConfig.rollout_source``).
-ROLLOUT_SOURCES: dict[str, type] = {"on_policy": OnPolicySource}
+ROLLOUT_SOURCES: dict[str, type] = {"on_policy": OnPolicySource, "stale": StaleSource}
 
 
 # --------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from .advantages import build_estimator
 from .config import MODEL_NAMES, PROMPT_SOURCES, TASKS, TrainConfig, config_fields
 from .history import EVAL_KEYS, METRICS, STEP_KEYS, History, history_columns
+from .infra import PhaseClock
 from .kl import kl_per_response
 from .losses import POLICY_OBJECTIVES, clip_fraction, compute_ratio
 from .masking import aggregate_loss
@@ -96,11 +97,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
     policy.train()
     history = History(config)
     history.model = policy
-    # held out by content: validation (the stopping rule) and test, disjoint by key
-    sizes = (config.heldout_size, config.heldout_size)
-    history.heldout_prompts, history.test_prompts = task.heldout_split(sizes, config.eval_seed)
-    heldout_keys = task.prompt_key(torch.cat([history.heldout_prompts, history.test_prompts]))
-    history.heldout_keys = heldout_keys
+    heldout_keys = _hold_out(history, task, config)  # validation + test, disjoint by content
     source = ROLLOUT_SOURCES[config.rollout_source](policy, config)
     batch_filter = BATCH_FILTERS[config.batch_filter]
     estimator = build_estimator(config.advantage_estimator, policy, config)
@@ -114,8 +111,10 @@ def _train(config: TrainConfig, callback, policy) -> History:
     if _evaluate(history, task, config, epochs_done=0, **counters):
         history.stop_reason = "target"
         return history
+    clock = PhaseClock(config.profile_time)
     bar = tqdm(range(config.num_epochs), desc="epochs", disable=not config.progress)
     for epoch in bar:
+        clock.start()
         # 1. refresh the frozen reference model on schedule (only when the KL term is on)
         if config.kl_penalty > 0 and epoch % config.compute_ref_model_period == 0:
             history.ref_model = _freeze(policy)
@@ -126,11 +125,13 @@ def _train(config: TrainConfig, callback, policy) -> History:
         history.record_training_prompts(prompts, task.prompt_key(prompts))  # [batch, pos]
         responses, mask = source.sample(prompts, config.num_responses, sample_generator)
         counters["responses_sampled"] += responses.shape[0] * responses.shape[1]
+        clock.lap("sampling")
         try:
             rewards = task.reward(prompts, responses)  # [batch, trial]
         except ValueError as err:
             raise ValueError(f"rewards at epoch {epoch}, step {counters['step']}: {err}") from err
         rollout = batch_filter(Rollout(prompts, responses, mask, rewards), config)
+        clock.lap("reward")
 
         # 3. frozen log-probs of the sampling policy and of the reference model; deltas
         with torch.no_grad():
@@ -140,13 +141,14 @@ def _train(config: TrainConfig, callback, policy) -> History:
                     rollout.prompts, rollout.responses
                 )
         rollout.deltas = estimator(rollout, config)  # [batch, trial] or [batch, trial, pos]
+        clock.lap("log_probs")
 
         # 4. several optimizer steps on this one batch
         for inner_step in range(config.num_steps_per_epoch):
             where = (epoch, counters["step"])
             log_probs = policy.log_probs(rollout.prompts, rollout.responses)
             _check_finite(log_probs.detach(), "log-probs", *where)
-            per_token_loss = objective(log_probs, rollout, config)  # [batch, trial, pos]
+            per_token_loss = rollout.weighted(objective(log_probs, rollout, config))
             loss = aggregate_loss(per_token_loss, rollout.mask, config.loss_aggregation)
             kl = None
             if config.kl_penalty > 0:
@@ -161,27 +163,23 @@ def _train(config: TrainConfig, callback, policy) -> History:
             _check_finite(loss.detach(), "loss", *where)
             optimizer.zero_grad()
             loss.backward()
-            grads = [p.grad for p in policy.parameters() if p.grad is not None]
-            grad_norm = torch.nn.utils.get_total_norm(grads)
+            grad_norm = _grad_norm(policy)
             _check_finite(grad_norm, "gradient norm", *where)
             record = _step_record(config, rollout, log_probs, loss, kl, entropy, grad_norm)
             optimizer.step()
             source.after_optimizer_step()
             head = {"kind": "step", "epoch": epoch, "step": counters["step"]}
             history.append(head | {"inner_step": inner_step} | record)
-            if not all(torch.isfinite(p).all() for p in policy.parameters()):
-                raise NonFiniteError(
-                    f"the model's parameters became non-finite in the optimizer step at epoch "
-                    f"{epoch}, step {counters['step']}: try a smaller learning_rate"
-                )
+            _check_finite_parameters(policy, *where)
             counters["step"] += 1
         estimator.after_epoch(rollout)  # e.g. the critic's steps (advantage_estimator 'gae')
+        clock.lap("optimizer")
 
         bar.set_postfix(mean_reward=f"{record['mean_reward']:.3f}", refresh=False)
-        epochs_done = epoch + 1
-        if epochs_done % config.eval_every == 0 or epochs_done == config.num_epochs:
-            if _evaluate(history, task, config, epochs_done, **counters):
+        if (epoch + 1) % config.eval_every == 0 or epoch + 1 == config.num_epochs:
+            if _evaluate(history, task, config, epoch + 1, **counters):
                 history.stop_reason = "target"
+        clock.stop("evaluation", history)
         if callback is not None and history.stop_reason is None:
             if callback(epoch, history) in (True, "stop"):
                 history.stop_reason = "callback"
@@ -218,7 +216,7 @@ def _step_record(config, rollout: Rollout, log_probs, loss, kl, entropy, grad_no
             "grad_norm": grad_norm.item(),
             "response_length": rollout.mask.sum(dim=-1).mean().item(),
             "frac_reward_zero_std": frac_reward_zero_std(rollout.rewards),
-        }
+        } | rollout.metrics
 
 
 def evaluate_greedy(policy, prompts: torch.Tensor, task) -> dict[str, float]:
@@ -259,6 +257,32 @@ def _evaluate(history, task, config, epochs_done, step, responses_sampled) -> bo
     )
     target = config.target_heldout_exact_sort  # the stopping rule reads validation only
     return target is not None and scores["exact_sort"] >= target
+
+
+def _grad_norm(model: torch.nn.Module) -> torch.Tensor:
+    """L2 norm of all the parameters' gradients together."""
+    return torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+
+
+def _hold_out(history, task, config) -> torch.Tensor:
+    """Draw the validation and test sets (disjoint by the task's key); return all their keys.
+
+    The stopping rule reads validation only; training never sees a prompt with these keys.
+    """
+    sizes = (config.heldout_size, config.heldout_size)
+    history.heldout_prompts, history.test_prompts = task.heldout_split(sizes, config.eval_seed)
+    history.heldout_keys = task.prompt_key(
+        torch.cat([history.heldout_prompts, history.test_prompts])
+    )
+    return history.heldout_keys
+
+
+def _check_finite_parameters(policy, epoch: int, step: int) -> None:
+    if not all(torch.isfinite(p).all() for p in policy.parameters()):
+        raise NonFiniteError(
+            f"the model's parameters became non-finite in the optimizer step at epoch "
+            f"{epoch}, step {step}: try a smaller learning_rate"
+        )
 
 
 def _freeze(model: torch.nn.Module) -> torch.nn.Module:
