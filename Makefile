@@ -1,5 +1,5 @@
 # Thin wrappers around tasks.py (which needs nothing but python3).
-.PHONY: setup lab test bench assignments
+.PHONY: setup lab test bench assignments mutation
 setup:
 	python3 tasks.py setup
 lab:
@@ -10,3 +10,5 @@ bench:
 	python3 tasks.py bench
 assignments:
 	python3 tasks.py assignments
+mutation:
+	python3 tasks.py mutation

@@ -7,6 +7,7 @@
     python3 tasks.py setup        only create / update .venv
     python3 tasks.py bench        run the benchmark scripts in benchmarks/
     python3 tasks.py assignments  generate student notebooks from the instructor ones
+    python3 tasks.py mutation     mutation testing of the numerical core (slow; not in `test`)
 
 The Makefile has the same targets (make lab, make test, ...).
 """
@@ -118,12 +119,19 @@ def assignments() -> None:
     run(PY, ROOT / "assignments" / "make_assignments.py", *sys.argv[2:])
 
 
+def mutation() -> None:
+    """Mutation testing (mutmut) of the core modules listed in tests/mutation.py."""
+    setup(["requirements.txt", "requirements-dev.txt"])
+    run(PY, ROOT / "tests" / "mutation.py", *sys.argv[2:])
+
+
 COMMANDS = {
     "setup": lambda: setup(TEST_REQUIREMENTS),
     "lab": lab,
     "test": test,
     "bench": bench,
     "assignments": assignments,
+    "mutation": mutation,
 }
 
 if __name__ == "__main__":
