@@ -39,14 +39,14 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRATCH = ROOT / ".mutation"
 EQUIVALENT_FILE = ROOT / "tests" / "mutation_equivalent.toml"
 
-#: The numerical core: module under mutation -> the fast unit tests that check it.
+#: The numerical core: module of pgrl_helpers -> its fast unit tests (tests/test_<name>.py).
 #: Add a module (GAE, a new objective, an importance-weight correction, diagnose) as one line.
 MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
-    "pgrl_helpers/advantages.py": ("tests/test_advantages.py",),
-    "pgrl_helpers/kl.py": ("tests/test_kl.py", "tests/test_kl_extra.py"),
-    "pgrl_helpers/losses.py": ("tests/test_losses.py", "tests/test_clip_higher.py"),
-    "pgrl_helpers/masking.py": ("tests/test_masking.py",),
-    "pgrl_helpers/sort_task.py": ("tests/test_sort_task.py",),
+    "advantages": ("advantages", "mutation_kills_advantages"),
+    "kl": ("kl", "kl_extra", "mutation_kills_kl"),
+    "losses": ("losses", "clip_higher", "mutation_kills_losses"),
+    "masking": ("masking", "mutation_kills_masking"),
+    "sort_task": ("sort_task", "mutation_kills_sort_task"),
 }
 
 #: mutmut's verdicts that count as "a test noticed the change".
@@ -56,15 +56,17 @@ GOAL = 98.0
 
 
 def _select(names: list[str]) -> dict[str, tuple[str, ...]]:
-    if not names:
-        return MUTATION_TARGETS
-    chosen = {}
-    for name in names:
-        path = name if name.endswith(".py") else f"pgrl_helpers/{name}.py"
-        if path not in MUTATION_TARGETS:
-            raise SystemExit(f"unknown module {name!r}; known: {', '.join(MUTATION_TARGETS)}")
-        chosen[path] = MUTATION_TARGETS[path]
-    return chosen
+    """module path -> test file paths, for the named modules (default: all)."""
+    unknown = set(names) - set(MUTATION_TARGETS)
+    if unknown:
+        raise SystemExit(
+            f"unknown module(s) {sorted(unknown)}; known: {', '.join(MUTATION_TARGETS)}"
+        )
+    return {
+        f"pgrl_helpers/{module}.py": tuple(f"tests/test_{stem}.py" for stem in stems)
+        for module, stems in MUTATION_TARGETS.items()
+        if not names or module in names
+    }
 
 
 def _toml_list(items) -> str:
