@@ -152,3 +152,11 @@ def test_effective_token_weights_use_the_constant_and_name_bad_input():
         match=r"^deltas must be \[batch, trial\] matching mask: deltas \[2, 1\], mask \[2, 2, 3\]$",
     ):
         effective_token_weights(MASK, deltas[:, :1], "token_mean")
+
+
+def test_token_mean_without_a_mask_is_exactly_mean_even_in_float16():
+    # documented: with mask=None, token_mean IS .mean(). The general path (masked sum / count)
+    # rounds differently in float16 for this tensor, so this catches a lost fast path.
+    x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0)).half()
+    assert not torch.equal(masked_normalize(x, torch.ones_like(x), float(x.numel())), x.mean())
+    assert torch.equal(aggregate_loss(x, None, "token_mean"), x.mean())
