@@ -7,6 +7,7 @@
     python3 tasks.py setup        only create / update .venv
     python3 tasks.py bench        run the benchmark scripts in benchmarks/
     python3 tasks.py assignments  generate student notebooks from the instructor ones
+    python3 tasks.py book         build the series as a static, offline website in build/book/html
     python3 tasks.py mutation     mutation testing of the numerical core (slow; not in `test`)
 
 The Makefile has the same targets (make lab, make test, ...).
@@ -32,6 +33,7 @@ TEST_REQUIREMENTS = [
     "requirements-test.txt",
     "requirements-scale.txt",
     "requirements-instructor.txt",
+    "requirements-book.txt",  # tests/test_book.py builds the book site
 ]
 
 
@@ -119,6 +121,31 @@ def assignments() -> None:
     run(PY, ROOT / "assignments" / "make_assignments.py", *sys.argv[2:])
 
 
+def book_command(out: Path, python: str | Path = PY) -> list[str]:
+    """Sphinx + myst-nb build of the book site into out/html (config: book/conf.py).
+
+    The notebooks as committed: stored outputs, nothing executed. Warnings (a broken link,
+    a missing page) fail the build.
+    """
+    sphinx = [str(python), "-m", "sphinx", "-b", "html", "-c", str(ROOT / "book")]
+    return sphinx + [
+        "-d",
+        str(out / "doctrees"),
+        "-W",
+        "--keep-going",
+        "-q",
+        str(ROOT),
+        str(out / "html"),
+    ]
+
+
+def book() -> None:
+    setup(["requirements.txt", "requirements-book.txt"])
+    out = ROOT / "build" / "book"
+    run(*book_command(out), *sys.argv[2:])
+    print(f"Book built; open {out / 'html' / 'index.html'} in a browser (works offline).")
+
+
 def mutation() -> None:
     """Mutation testing (mutmut) of the core modules listed in tests/mutation.py."""
     setup(["requirements.txt", "requirements-dev.txt"])
@@ -131,6 +158,7 @@ COMMANDS = {
     "test": test,
     "bench": bench,
     "assignments": assignments,
+    "book": book,
     "mutation": mutation,
 }
 

@@ -10,8 +10,14 @@ Where things live (one module per concept):
 * ``kl``         - k1/k2/k3 estimators, ``compute_kl_penalty``, exact ``categorical_kl``
 * ``exact``      - enumerate every response of a small policy: exact E[R], exact gradients,
                    exact moments of G-sample estimates
-* ``training``   - ``TrainConfig``, ``run_policy_gradient`` (the one training loop), ``METRICS``
-* ``memory``     - bytes held by policy / old policy / reference / value model (GRPO vs PPO)
+* ``training``   - ``run_policy_gradient`` (the one training loop, top to bottom)
+* ``config``     - ``TrainConfig`` (the flat dataclass a run is set up with)
+* ``task``, ``policy``, ``rollout`` - the loop's three interfaces: Task (prompts, rewards,
+                   held-out key), Policy (sample, log-probs, entropy, greedy), Rollout (one
+                   epoch's batch); rollout sources and batch filters live in ``rollout``
+* ``history``    - ``METRICS``, ``History``, ``history_columns``
+* ``memory``     - bytes per line of a GRPO / PPO step: policy, reference, value and reward models, caches
+* ``diagnose``, ``symptoms`` - ``diagnose(history)``: findings from a run's metrics; the catalogue
 * ``widgets``    - the training dashboard (``make_dashboard``) on top of ``run_policy_gradient``
 * ``autoregressive``, ``masking``, ``dedup_task`` - token-by-token policy, response masks,
                    loss aggregations, a variable-length task (notebook 08)
@@ -20,6 +26,8 @@ Where things live (one module per concept):
 """
 
 from .advantages import DELTA_MODES, compute_deltas
+from .config import TrainConfig
+from .history import METRICS, History, history_columns
 from .kl import KL_ESTIMATORS, compute_kl_penalty, kl_estimate, kl_k1, kl_k2, kl_k3
 from .losses import (
     LOSS_MODES,
@@ -29,8 +37,11 @@ from .losses import (
     compute_ratio,
 )
 from .models import LectureModel, Model, SortTransformer
+from .policy import Policy
+from .rollout import Rollout
 from .sampling import (
     compute_log_probs,
+    entropy_from_logits,
     generate_responses,
     greedy_responses,
     sample_responses,
@@ -50,7 +61,7 @@ from .sort_task import (
     sort_inclusion_ordering_reward_batch,
     sorted_responses,
 )
-from .training import METRICS, TrainConfig, history_columns, run_policy_gradient
+from .training import run_policy_gradient
 
 __all__ = [
     "DELTA_MODES",
@@ -60,6 +71,9 @@ __all__ = [
     "REWARD_FNS",
     "LectureModel",
     "METRICS",
+    "History",
+    "Policy",
+    "Rollout",
     "SortTransformer",
     "TrainConfig",
     "Model",
@@ -72,6 +86,7 @@ __all__ = [
     "compute_ratio",
     "compute_reward",
     "exact_sort",
+    "entropy_from_logits",
     "generate_responses",
     "greedy_responses",
     "history_columns",

@@ -71,3 +71,21 @@ def compute_deltas(
     # loo_rewards
     loo_mean = (rewards.sum(dim=-1, keepdim=True) - rewards) / (group_size - 1)
     return rewards - loo_mean
+
+
+# --------------------------------------------------------------------------------------
+# The loop's advantage-estimator extension point (TrainConfig.advantage_estimator)
+# --------------------------------------------------------------------------------------
+
+
+def group_baseline_deltas(rollout, config) -> torch.Tensor:
+    """Deltas from the group of G responses per prompt: ``compute_deltas`` by deltas_mode.
+
+    rollout.rewards float[batch, trial] -> float[batch, trial]. No value model: the
+    baseline is built from the other samples of the same prompt (GRPO, RLOO, ...).
+    """
+    return compute_deltas(rollout.rewards, config.deltas_mode)
+
+
+#: name -> estimator ``fn(rollout, config) -> deltas`` (``TrainConfig.advantage_estimator``).
+ADVANTAGE_ESTIMATORS: dict[str, object] = {"group": group_baseline_deltas}

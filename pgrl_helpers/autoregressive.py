@@ -40,6 +40,7 @@ from ._validate import (
     check_prompts,
     check_token_range,
 )
+from .masking import masked_mean
 from .models import _Block
 
 
@@ -110,6 +111,28 @@ class AutoregressiveSortPolicy(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.unembed(self.final_norm(x))
+
+    # ---- the Policy interface (pgrl_helpers.policy) -------------------------------
+
+    def sample(self, prompts, num_samples, generator=None):
+        """(responses int64[batch, trial, pos], response mask float32[batch, trial, pos])."""
+        return sample_with_mask(self, prompts, num_samples, generator)
+
+    def log_probs(self, prompts, responses):
+        """Per-token log-probs float[batch, trial, pos] (padding slots too: mask them)."""
+        return compute_log_probs(prompts, responses, self)
+
+    def token_entropy(self, prompts, responses):
+        """Entropy (nats) at every response slot, float[batch, trial, pos]."""
+        return token_entropy(prompts, responses, self)
+
+    def mean_entropy(self, prompts, responses, mask):
+        """Mean entropy over the real response tokens (padding never counts)."""
+        return masked_mean(token_entropy(prompts, responses, self), mask)
+
+    def greedy(self, prompts):
+        """Greedy decoding, int64[batch, 1, pos] (switches to eval mode inside)."""
+        return greedy_responses(self, prompts)
 
 
 def _check_policy(model) -> None:

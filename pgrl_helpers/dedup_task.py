@@ -28,6 +28,7 @@ from collections.abc import Callable
 import torch
 
 from ._validate import check_finite, check_integer, check_mode, check_ndim, check_tensor
+from .task import PromptTask
 
 
 def dedup_targets(prompts: torch.Tensor, pad_token: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -158,3 +159,31 @@ def compute_dedup_reward(
     rewards = rewards.to(torch.float32)
     check_finite(rewards, "rewards")
     return rewards
+
+
+class SortDedupTask(PromptTask):
+    """Sort, drop repeats, then EOS: the variable-length task (autoregressive policy).
+
+    Token ``vocab_size`` is EOS (as in ``AutoregressiveSortPolicy``). ``reward_fn``: a
+    name from ``DEDUP_REWARD_FNS`` or a callable ``fn(prompts, responses, eos_token)``.
+    """
+
+    name = "sort_dedup"
+
+    def __init__(
+        self,
+        prompt_length: int,
+        vocab_size: int,
+        reward_fn: str | Callable = "dedup_position_reward",
+    ):
+        super().__init__(prompt_length, vocab_size)
+        self.reward_fn = reward_fn
+        self.eos_token = vocab_size
+
+    def reward(self, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+        """float32[batch, trial] by ``reward_fn``."""
+        return compute_dedup_reward(prompts, responses, self.reward_fn, self.eos_token)
+
+    def exact(self, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+        """bool[batch, trial]: the sorted distinct values, then EOS."""
+        return exact_dedup(prompts, responses, self.eos_token)

@@ -1,14 +1,27 @@
-"""Sample-based estimators of KL(p || q) with samples x ~ p.
+"""Sample-based estimators of the reverse KL, KL(pi || pi_ref), with samples y ~ pi.
 
-Here p is the policy being trained (it sampled the responses) and q the
-reference model, so every estimator below estimates KL(policy || ref).
+pi is the policy being trained (it sampled the responses) and pi_ref the frozen
+reference model. KL(pi || pi_ref) = E_pi[log pi - log pi_ref] is the *reverse* KL in
+the RLHF convention (InstructGPT, DeepSeekMath, TRL): the policy is the approximating
+distribution and the expectation is under it. (Variational-inference texts use the same
+words the other way round; only the formula is unambiguous.) It is the KL of the
+KL-regularised objective max E_pi[R] - beta KL(pi || pi_ref), whose optimum is
+pi_ref exp(R / beta) / Z; sampling from pi only makes it cheap to estimate.
+
 Inputs are per-token log-probs of the *sampled* tokens, float[batch, trial, pos]
 (the lecture's docstring wrongly says [batch, trial, pos, vocab]). With
-r = q(x) / p(x) = exp(ref_log_probs - log_probs):
+w = pi_ref(y) / pi(y) = exp(ref_log_probs - log_probs) (Schulman, "Approximating KL
+divergence", 2020, http://joschu.net/blog/kl-approx.html):
 
-* k1 = -log r                 unbiased, can be negative, high variance;
-* k2 = (log r)^2 / 2          biased, non-negative, low variance;
-* k3 = r - 1 - log r          unbiased (E_p[r] = 1), non-negative, low variance.
+* k1 = -log w                 unbiased, can be negative, high variance;
+* k2 = (log w)^2 / 2          biased, non-negative, low variance;
+* k3 = w - 1 - log w          unbiased (E_pi[w] = 1), non-negative, low variance.
+
+As *loss* terms (differentiated with the samples fixed) they do not give grad KL(pi || pi_ref)
+in general (Tang & Munos 2025, arXiv 2506.09477): k1's expected gradient is 0, k2's is
+grad KL(pi || pi_ref), k3's is grad KL(pi_ref || pi). ``kl_k3_bias_corrected`` (k3 times the
+differentiable ratio pi / pi_old: DeepSeek-V3.2, TRL ``use_bias_correction_kl``) restores
+grad KL(pi || pi_ref).
 """
 
 from __future__ import annotations
@@ -17,6 +30,7 @@ import torch
 
 from ._validate import check_finite, check_mode, check_ndim, check_same_shape
 from .losses import MAX_LOG_RATIO
+from .masking import masked_normalize
 
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 
@@ -30,21 +44,56 @@ def _log_r(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor
 
 
 def kl_k1(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
-    """k1 = log p - log q per sample (same shape as the inputs)."""
+    """k1 = log pi - log pi_ref per sample (same shape as the inputs)."""
     return -_log_r(log_probs, ref_log_probs)
 
 
 def kl_k2(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
-    """k2 = (log q - log p)^2 / 2 per sample (same shape as the inputs)."""
+    """k2 = (log pi_ref - log pi)^2 / 2 per sample (same shape as the inputs)."""
     return 0.5 * _log_r(log_probs, ref_log_probs) ** 2
 
 
-def kl_k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
-    """k3 = q/p - 1 - log(q/p) per sample, >= 0, 0 exactly where log p == log q."""
+def kl_k3_unclamped(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """k3 = w - 1 - log w per sample, w = pi_ref / pi, *without* the final clamp.
+
+    Mathematically >= 0 (log t <= t - 1); in floating point it can dip below 0 by
+    round-off only. Use it to check that claim; ``kl_k3`` clamps the round-off away.
+    """
     log_r = _log_r(log_probs, ref_log_probs)
-    # expm1 keeps precision when log_r is tiny (exp(u) - 1 - u in float32 dips to about
-    # -3e-8 by round-off); clamp_min(0) makes the documented ">= 0" hold exactly.
-    return (torch.expm1(log_r) - log_r).clamp_min(0)
+    # expm1 keeps precision when log_r is tiny (exp(u) - 1 - u in float32 loses it)
+    return torch.expm1(log_r) - log_r
+
+
+def kl_k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """k3 = pi_ref/pi - 1 - log(pi_ref/pi) per sample, >= 0, 0 exactly where log pi == log pi_ref.
+
+    ``kl_k3_unclamped`` followed by clamp_min(0), which removes float round-off only (the
+    unclamped value is never below about -1e-7 in float32; see the tests).
+    """
+    return kl_k3_unclamped(log_probs, ref_log_probs).clamp_min(0)
+
+
+def kl_k3_bias_corrected(
+    log_probs: torch.Tensor, old_log_probs: torch.Tensor, ref_log_probs: torch.Tensor
+) -> torch.Tensor:
+    """k3 weighted by the differentiable ratio pi / pi_old, per token (same shape as inputs).
+
+    log_probs (with gradients), old_log_probs (frozen, the policy that sampled), ref_log_probs,
+    all float[batch, trial, pos]. Samples come from pi_old, so E_old[(pi/pi_old) k3] =
+    E_pi[k3] = KL(pi || pi_ref), and because the ratio carries the gradient of the sampling
+    weights, its expected gradient is grad KL(pi || pi_ref) (plain k3 gives grad
+    KL(pi_ref || pi)). DeepSeek-V3.2 (arXiv 2512.02556, "unbiased KL estimate");
+    TRL ``GRPOConfig(use_bias_correction_kl=True)`` multiplies k3 by the same ratio.
+    """
+    check_same_shape(log_probs, old_log_probs, "log_probs", "old_log_probs")
+    check_finite(old_log_probs, "old_log_probs")
+    if old_log_probs.requires_grad:
+        raise ValueError(
+            "old_log_probs requires grad: the ratio pi/pi_old would be exactly 1 with zero "
+            "gradient (the freeze pitfall); compute them under torch.no_grad() or .detach()"
+        )
+    ratio = torch.exp((log_probs - old_log_probs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+    return ratio * kl_k3(log_probs, ref_log_probs)
 
 
 def kl_estimate(
@@ -58,7 +107,7 @@ def kl_estimate(
 def compute_kl_penalty(
     log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: str = "k3"
 ) -> torch.Tensor:
-    """Scalar estimate of KL(policy || ref) per response.
+    """Scalar estimate of the reverse KL, KL(pi || pi_ref), per response.
 
     log_probs, ref_log_probs float[batch, trial, pos] (samples from the policy) ->
     sum over pos (one response's KL), then mean over batch and trial.
@@ -91,7 +140,7 @@ def categorical_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tens
 
 
 def policy_token_kl(prompts: torch.Tensor, model, ref_model) -> torch.Tensor:
-    """Exact per-position KL(model || ref_model) for position-independent policies.
+    """Exact per-position reverse KL(model || ref_model) for position-independent policies.
 
     prompts int[batch, pos] -> float[batch, pos]: at every output position the KL
     between the two next-token distributions softmax(logits). For a policy that
@@ -104,3 +153,26 @@ def policy_token_kl(prompts: torch.Tensor, model, ref_model) -> torch.Tensor:
     check_ndim(logits, 3, "model output (logits)", "batch, pos, vocab")
     check_ndim(ref_logits, 3, "ref_model output (logits)", "batch, pos, vocab")
     return categorical_kl(logits, ref_logits)
+
+
+def kl_per_response(
+    log_probs: torch.Tensor,
+    ref_log_probs: torch.Tensor,
+    estimator: str,
+    mask: torch.Tensor,
+) -> torch.Tensor:
+    """Scalar KL(policy || ref) estimate per response: sum over real tokens, mean over responses.
+
+    log_probs, ref_log_probs, mask float[batch, trial, pos]; padding (mask 0) never
+    counts. With every slot real this is exactly ``compute_kl_penalty`` (computed that way).
+    """
+    check_ndim(log_probs, 3, "log_probs", "batch, trial, pos")
+    if mask.shape != log_probs.shape:
+        raise ValueError(
+            f"mask must match log_probs: got {list(mask.shape)} and {list(log_probs.shape)}"
+        )
+    if bool((mask != 0).all()):
+        return compute_kl_penalty(log_probs, ref_log_probs, estimator)
+    per_token = kl_estimate(log_probs, ref_log_probs, estimator)
+    batch, trial, _ = log_probs.shape
+    return masked_normalize(per_token, mask, float(batch * trial))

@@ -160,6 +160,8 @@ def aggregate_loss(
             not isinstance(value, int) or isinstance(value, bool) or value < 1
         ):
             raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+    if aggregation == "token_mean" and num_tokens is None and bool(bool_mask.all()):
+        return per_token_loss.mean()  # every slot is real: exactly the plain mean
     sequences = batch * trial if num_sequences is None else num_sequences
     if aggregation == "sequence_mean":
         per_sequence = masked_mean(per_token_loss, bool_mask, dim=-1)  # [batch, trial]

@@ -5,6 +5,9 @@ returns logits ``[batch, pos, vocab]``, not the decoded hidden states
 ``[batch, pos, dim]``). It decodes every output position independently from one
 shared code vector: not autoregressive, and not able to represent sorting in
 general (see notebook 07).
+
+Both policies implement ``policy.Policy`` (through ``PositionalPolicy``): ``sample``,
+``log_probs``, ``token_entropy``, ``mean_entropy``, ``greedy``.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ from einops import einsum, rearrange, repeat
 from torch import nn
 
 from ._validate import check_positive_ints, check_prompts
+from .policy import PositionalPolicy
 
 
-class LectureModel(nn.Module):
+class LectureModel(PositionalPolicy, nn.Module):
     """Per-position linear encoder/decoder that shares the embedding as output layer.
 
     prompts int[batch, pos] -> embeddings [batch, pos, dim]
@@ -122,7 +126,7 @@ class _Block(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
-class SortTransformer(nn.Module):
+class SortTransformer(PositionalPolicy, nn.Module):
     """A tiny non-autoregressive transformer that can represent sorting.
 
     prompts int[batch, pos] -> token embeddings            [batch, pos, d_model]

@@ -1,7 +1,10 @@
 """Rollouts: sample G responses per prompt, and score their per-token log-probs.
 
 Works with any policy whose ``forward(prompts int[batch, pos])`` returns logits
-``float[batch, pos, vocab]`` and that has a ``vocab_size`` attribute.
+``float[batch, pos, vocab]``, or an output object with a ``.logits`` attribute of that
+shape (a Hugging Face causal LM's output). Wherever a ``model`` is expected you may also
+pass the logits tensor itself (``compute_log_probs(prompts, responses, logits)``), e.g.
+logits you already computed with a real language model.
 """
 
 from __future__ import annotations
@@ -10,11 +13,13 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from ._validate import check_integer, check_ndim, check_token_range
+from ._validate import check_integer, check_ndim, check_tensor, check_token_range
 
 
 def _logits(model, prompts: torch.Tensor) -> torch.Tensor:
-    logits = model(prompts)
+    """float[batch, pos, vocab] from a model (plain or Hugging Face output) or given logits."""
+    logits = model if isinstance(model, torch.Tensor) else model(prompts)
+    logits = getattr(logits, "logits", logits)  # a Hugging Face ModelOutput carries .logits
     check_ndim(logits, 3, "model output (logits)", "batch, pos, vocab")
     if logits.shape[0] != prompts.shape[0]:
         raise ValueError(
@@ -80,7 +85,26 @@ def compute_log_probs(prompts: torch.Tensor, responses: torch.Tensor, model) -> 
     return expanded.gather(dim=-1, index=responses.unsqueeze(-1)).squeeze(-1)
 
 
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of softmax(logits) over the last axis: float[..., vocab] -> float[...].
+
+    Computed from log-softmax, H = -sum_v p_v log p_v with log p = log_softmax(logits), so
+    very large or very negative logits give neither inf nor NaN (a token with p = 0
+    contributes exactly 0). Works for any leading shape, e.g. a language model's
+    [batch, seq, vocab] logits.
+    """
+    check_tensor(getattr(logits, "logits", logits), "logits")
+    logits = getattr(logits, "logits", logits)
+    if logits.ndim < 1 or logits.shape[-1] < 1:
+        raise ValueError(
+            f"logits must have a non-empty last (vocab) axis, got {list(logits.shape)}"
+        )
+    if not logits.dtype.is_floating_point:
+        raise TypeError(f"logits must be floating point, got dtype {logits.dtype}")
+    log_probs = F.log_softmax(logits, dim=-1)
+    return -(log_probs.exp() * log_probs).sum(dim=-1)
+
+
 def token_entropy(prompts: torch.Tensor, model) -> torch.Tensor:
     """Entropy of the policy at every output position (nats): float[batch, pos]."""
-    log_probs = F.log_softmax(_logits(model, prompts), dim=-1)
-    return -(log_probs.exp() * log_probs).sum(dim=-1)
+    return entropy_from_logits(_logits(model, prompts))

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ._validate import check_finite, check_integer, check_ndim, check_positive_ints, check_tensor
+from .task import PromptTask
 
 #: The three fixed training prompts of the lecture's experiment (vocab 5, length 3).
 LECTURE_PROMPTS: list[list[int]] = [[1, 0, 2], [3, 2, 4], [1, 2, 3]]
@@ -220,3 +221,36 @@ def exact_sort(prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
     """bool[batch, trial]: the response is exactly ``sorted(prompt)``."""
     _check_batch(prompts, responses)
     return (responses == sorted_responses(prompts)[:, None, :]).all(dim=-1)
+
+
+# --------------------------------------------------------------------------------------
+# The task object the training loop uses (see pgrl_helpers.task)
+# --------------------------------------------------------------------------------------
+
+
+class SortTask(PromptTask):
+    """Sort the prompt: responses have ``prompt_length`` tokens, exact = ``exact_sort``.
+
+    ``reward_fn``: a name from ``REWARD_FNS`` or a callable (see ``compute_reward``).
+    ``fixed_prompts``: train on these every epoch (the lecture's 3) instead of random ones.
+    """
+
+    name = "sort"
+
+    def __init__(
+        self,
+        prompt_length: int,
+        vocab_size: int,
+        reward_fn: str | Callable = "sort_distance_reward",
+        fixed_prompts: torch.Tensor | None = None,
+    ):
+        super().__init__(prompt_length, vocab_size, fixed_prompts)
+        self.reward_fn = reward_fn
+
+    def reward(self, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+        """float32[batch, trial] by ``reward_fn``."""
+        return compute_reward(prompts, responses, self.reward_fn)
+
+    def exact(self, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+        """bool[batch, trial]: the response is exactly sorted(prompt)."""
+        return exact_sort(prompts, responses)

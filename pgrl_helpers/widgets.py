@@ -8,7 +8,8 @@
   a Train and a Stop button, a progress bar and the live plot. It trains by calling
   ``training.run_policy_gradient`` with a callback (there is no second training loop):
   the callback moves the progress bar, redraws the plot and returns "stop" when the
-  Stop button was pressed.
+  Stop button was pressed. After each run it shows ``diagnose()``'s findings for it;
+* ``format_diagnosis(history)``: those findings as HTML (the dashboard's findings panel).
 
 A notebook can call the plain functions without any widget, which is how the same
 comparison is checked deterministically; tests drive the dashboard's widgets (they are
@@ -29,6 +30,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .advantages import DELTA_MODES
+from .diagnose import diagnose
 from .losses import LOSS_MODES
 from .sort_task import REWARD_FNS
 from .training import MODEL_NAMES, PROMPT_SOURCES, History, TrainConfig, run_policy_gradient
@@ -168,6 +170,26 @@ def plot_histories(
     return fig
 
 
+def format_diagnosis(history: History, title: str = "diagnose()") -> str:
+    """``diagnose(history)``'s findings as HTML: one item per finding, warnings in red."""
+    _check_history(history)
+    try:
+        findings = diagnose(history)
+    except ValueError as err:  # e.g. a run stopped before its first step
+        return f"<b>{html.escape(title)}</b>: cannot diagnose: {html.escape(str(err))}"
+    if not findings:
+        return f"<b>{html.escape(title)}</b>: no findings: the run looks healthy."
+    items = []
+    for f in findings:
+        color = "#b00020" if f.severity == "warning" else "#555555"
+        items.append(
+            f'<li><span style="color:{color}"><b>{f.name}</b> ({f.severity})</span>: '
+            f"{html.escape(f.symptom)}<br>evidence: {html.escape(f.detail)}<br>"
+            f"try: {html.escape(f.fixes)}</li>"
+        )
+    return f"<b>{html.escape(title)}</b>:<ul>{''.join(items)}</ul>"
+
+
 def figure_png(fig) -> bytes:
     """Render a matplotlib figure to PNG bytes with the Agg canvas (thread-safe, no pyplot)."""
     buffer = io.BytesIO()
@@ -197,7 +219,8 @@ class TrainingDashboard(widgets.VBox):
     ``num_epochs``, ``num_steps_per_epoch`` (sliders); ``seed`` (int box); buttons
     ``train_button``, ``stop_button``, ``clear_button``; output: ``progress``
     (IntProgress), ``message`` (HTML; errors and status), ``plot`` (Output holding the
-    PNG), ``table`` (HTML summary of every run). ``runs`` lists a ``DashboardRun`` per
+    PNG), ``table`` (HTML summary of every run), ``findings`` (HTML: ``diagnose()`` of the
+    run just trained). ``runs`` lists a ``DashboardRun`` per
     click on Train, in order.
     """
 
@@ -272,6 +295,7 @@ class TrainingDashboard(widgets.VBox):
         self.message = widgets.HTML(value="Set the options and press <b>Train</b>.")
         self.plot = widgets.Output(layout=widgets.Layout(min_height="300px"))
         self.table = widgets.HTML()
+        self.findings = widgets.HTML()
 
         self.train_button.on_click(lambda _: self.train())
         self.stop_button.on_click(lambda _: self.stop())
@@ -289,7 +313,7 @@ class TrainingDashboard(widgets.VBox):
         buttons = widgets.HBox(
             [self.train_button, self.stop_button, self.clear_button, self.progress]
         )
-        super().__init__([controls, buttons, self.message, self.plot, self.table])
+        super().__init__([controls, buttons, self.message, self.plot, self.table, self.findings])
 
     # ---- reading the controls -------------------------------------------------------
     def config_from_widgets(self) -> TrainConfig:
@@ -341,6 +365,7 @@ class TrainingDashboard(widgets.VBox):
         self.progress.value = 0
         self.train_button.disabled = True
         self.stop_button.disabled = False
+        self.findings.value = ""
         self._say(f"Training run {len(self.runs)}: {html.escape(run_label(config))} ...")
         if self.synchronous:
             self._run(run)
@@ -363,6 +388,7 @@ class TrainingDashboard(widgets.VBox):
         self.runs.clear()
         self.plot.outputs = ()
         self.table.value = ""
+        self.findings.value = ""
         self.progress.value = 0
         self._say("History cleared.")
 
@@ -403,6 +429,10 @@ class TrainingDashboard(widgets.VBox):
         finally:
             self._redraw()
             self.table.value = "<pre>" + html.escape(format_runs_table(self.histories)) + "</pre>"
+            if run.history is not None and run.error is None:
+                self.findings.value = format_diagnosis(
+                    run.history, f"diagnose() of run {len(self.runs)}"
+                )
             self.train_button.disabled = False
             self.stop_button.disabled = True
         self._say(message, error=error)  # last, so "done" means plot and table are updated

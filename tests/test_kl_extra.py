@@ -79,3 +79,70 @@ def test_policy_token_kl_rejects_bad_prompts():
     model = LectureModel(5, 4, 3, 3, seed=0)
     with pytest.raises(ValueError, match=r"prompts must have shape \[batch, pos\]"):
         policy_token_kl(torch.zeros(3, dtype=torch.long), model, model)
+
+
+# --------------------------------------------------------------------------------------
+# k3 without the clamp, and the bias-corrected k3 (DeepSeek-V3.2, TRL use_bias_correction_kl)
+# --------------------------------------------------------------------------------------
+
+
+def test_unclamped_k3_is_non_negative_up_to_round_off_and_the_clamp_removes_only_that():
+    from pgrl_helpers.kl import kl_k3_unclamped
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(200_000, generator=g)
+    # log-ratios from large down to tiny (where exp(u) - 1 - u suffers most from round-off)
+    b = a + torch.randn(200_000, generator=g) * torch.logspace(-8, 1, 200_000)
+    raw = kl_k3_unclamped(a, b)
+    clamped = kl_k3(a, b)
+    assert raw.min() > -1e-6, "t - 1 - log t >= 0 must hold on the raw values, up to round-off"
+    assert (clamped - raw).abs().max() <= 1e-6, "the clamp may only remove round-off"
+    # in float64 the raw values are >= 0 to ~1e-16: the inequality, not the clamp, makes k3 >= 0
+    assert kl_k3_unclamped(a.double(), b.double()).min() > -1e-15
+
+
+def test_bias_corrected_k3_gradient_is_grad_of_reverse_kl():
+    from pgrl_helpers.kl import kl_k3_bias_corrected
+
+    g = torch.Generator().manual_seed(5)
+    theta0 = torch.randn(6, generator=g, dtype=torch.float64)
+    ref_logits = theta0 + 1.5 * torch.randn(6, generator=g, dtype=torch.float64)
+    log_ref = torch.log_softmax(ref_logits, -1)
+    for move in (0.0, 0.4):  # pi_old == pi (first inner step) and pi_old != pi (later steps)
+        old_logits = theta0 - move * torch.randn(6, generator=g, dtype=torch.float64)
+        log_old = torch.log_softmax(old_logits, -1)
+
+        def grad_of(objective):
+            theta = theta0.clone().requires_grad_(True)
+            objective(theta).backward()
+            return theta.grad
+
+        def expected_loss(theta, corrected: bool, log_old=log_old):
+            # E_{y ~ pi_old}[term(y)], by enumeration; pi_old's weights carry no gradient
+            log_pi = torch.log_softmax(theta, -1)
+            if corrected:
+                term = kl_k3_bias_corrected(log_pi, log_old, log_ref)
+                return (log_old.exp() * term).sum()
+            return (log_pi.exp().detach() * kl_k3(log_pi, log_ref)).sum()
+
+        reverse = grad_of(lambda th: categorical_kl(th, ref_logits))  # grad KL(pi || pi_ref)
+        forward = grad_of(lambda th: categorical_kl(ref_logits, th))  # grad KL(pi_ref || pi)
+        assert (reverse - forward).abs().max() > 0.05, "the test needs distinct directions"
+        corrected = grad_of(lambda th: expected_loss(th, True))
+        torch.testing.assert_close(corrected, reverse, rtol=1e-9, atol=1e-12)
+        if move == 0.0:
+            plain = grad_of(lambda th: expected_loss(th, False))
+            torch.testing.assert_close(plain, forward, rtol=1e-9, atol=1e-12)
+
+
+def test_bias_corrected_k3_value_and_bad_inputs():
+    from pgrl_helpers.kl import kl_k3_bias_corrected
+
+    lp = torch.log_softmax(torch.randn(2, 3, 4), -1)
+    ref = torch.log_softmax(torch.randn(2, 3, 4), -1)
+    # at pi_old == pi the ratio is 1: the value equals plain k3
+    torch.testing.assert_close(kl_k3_bias_corrected(lp, lp, ref), kl_k3(lp, ref))
+    with pytest.raises(ValueError, match="old_log_probs requires grad"):
+        kl_k3_bias_corrected(lp, lp.clone().requires_grad_(True), ref)
+    with pytest.raises(ValueError, match="old_log_probs"):
+        kl_k3_bias_corrected(lp, lp[:, :2], ref)

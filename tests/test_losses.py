@@ -105,9 +105,49 @@ def test_bad_inputs():
         compute_loss(log_probs, deltas, "unclipped", log_probs.detach()[..., :4])
     with pytest.raises(ValueError, match=r"batch, trial, pos"):
         compute_loss(log_probs[0], deltas, "naive")
-    with pytest.raises(ValueError, match="epsilon"):
-        compute_loss(log_probs, deltas, "clipped", log_probs.detach(), epsilon=1.5)
+    for bad_epsilon in (0, -0.1, float("inf"), float("nan"), True):
+        with pytest.raises(ValueError, match="epsilon must be a positive finite number"):
+            compute_loss(log_probs, deltas, "clipped", log_probs.detach(), epsilon=bad_epsilon)
     bad = deltas.clone()
     bad[0, 0] = float("inf")
     with pytest.raises(ValueError, match="deltas contains 1 non-finite"):
         compute_loss(log_probs, bad, "naive")
+
+
+def test_epsilon_at_least_one_switches_the_lower_clip_off():
+    """With epsilon >= 1 the lower edge 1 - epsilon <= 0 never binds (ratios are positive):
+    negative-delta tokens with tiny ratios keep their gradient; positive ones still clip."""
+    torch.manual_seed(3)
+    old = torch.randn(2, 3, 4) - 1.0
+    log_probs = (old - 3.0).requires_grad_(True)  # ratio e^-3 ~ 0.05: far below 1 - 0.2
+    deltas = torch.tensor([[-1.0, -0.5, 2.0], [-2.0, 1.0, -0.1]])
+    for epsilon, expect_low_grad in ((0.2, False), (1.0, True), (1.5, True)):
+        loss = compute_per_token_loss(log_probs, deltas, "clipped", old, epsilon=epsilon)
+        (grad,) = torch.autograd.grad(loss.sum(), log_probs)
+        negative = (deltas < 0)[:, :, None].expand_as(grad)
+        assert bool((grad[negative] != 0).all()) == expect_low_grad, epsilon
+        unclipped = compute_per_token_loss(log_probs, deltas, "unclipped", old)
+        if expect_low_grad:  # nothing clips (ratio < 1 + eps for the positive tokens too)
+            torch.testing.assert_close(loss, unclipped)
+
+
+def test_clip_mask_marks_low_and_high_and_matches_zero_gradient():
+    torch.manual_seed(4)
+    old = torch.randn(3, 4, 5)
+    log_probs = (old + 0.6 * torch.randn(3, 4, 5)).requires_grad_(True)
+    deltas = torch.randn(3, 4)
+    loss, mask = compute_per_token_loss(
+        log_probs, deltas, "clipped", old, epsilon=0.2, epsilon_high=0.3, return_clip_mask=True
+    )
+    ratio = (log_probs - old).exp().detach()
+    d = deltas[:, :, None].expand_as(ratio)
+    assert torch.equal(mask == 1, (d > 0) & (ratio > 1.3))
+    assert torch.equal(mask == -1, (d < 0) & (ratio < 0.8))
+    assert (mask == 1).any() and (mask == -1).any() and (mask == 0).any()
+    (grad,) = torch.autograd.grad(loss.sum(), log_probs)
+    assert torch.equal(grad == 0, mask != 0)  # clipped exactly where the gradient is cut
+    assert clip_fraction(log_probs.detach(), old, deltas, 0.2, 0.3) == pytest.approx(
+        (mask != 0).float().mean().item()
+    )
+    _, none = compute_per_token_loss(log_probs, deltas, "unclipped", old, return_clip_mask=True)
+    assert none.dtype == torch.int8 and not none.any()

@@ -7,9 +7,10 @@ import dataclasses
 import ipywidgets
 import pytest
 
-from pgrl_helpers.training import TrainConfig, run_policy_gradient
+from pgrl_helpers.training import History, TrainConfig, run_policy_gradient
 from pgrl_helpers.widgets import (
     TrainingDashboard,
+    format_diagnosis,
     format_runs_table,
     make_dashboard,
     plot_histories,
@@ -168,3 +169,37 @@ def test_a_failing_run_shows_the_error_and_re_enables_train(monkeypatch):
     assert "Training failed" in dash.message.value and "non-finite loss" in dash.message.value
     assert dash.runs[0].error.startswith("FloatingPointError")
     assert not dash.train_button.disabled and dash.stop_button.disabled
+
+
+def test_dashboard_shows_diagnose_findings_for_the_run_just_trained():
+    # the freeze bug planted in the base config: the findings panel must name it
+    frozen = dataclasses.replace(
+        TINY, num_epochs=4, loss_mode="clipped", detach_old_log_probs=False
+    )
+    dash = make_dashboard(base_config=frozen, synchronous=True, redraw_every=1000)
+    assert dash.findings.value == "" and dash.findings in dash.children
+    dash.train_button.click()
+    assert "diagnose() of run 1" in dash.findings.value
+    assert "frozen_ratio" in dash.findings.value and "(warning)" in dash.findings.value
+    # a second run without the bug replaces the panel: it is about the run just trained
+    dash.base_config = dataclasses.replace(frozen, detach_old_log_probs=True)
+    dash.train_button.click()
+    assert "diagnose() of run 2" in dash.findings.value
+    assert "frozen_ratio" not in dash.findings.value
+    dash.clear_button.click()
+    assert dash.findings.value == ""
+    # the plain function gives the same text without a widget
+    assert "frozen_ratio" in format_diagnosis(run_policy_gradient(frozen))
+    assert "frozen_ratio" not in format_diagnosis(run_policy_gradient(TINY))
+
+
+def test_format_diagnosis_explains_a_history_it_cannot_read():
+    history = History(TINY)  # a run stopped before its first optimizer step
+    history.append(
+        {"kind": "eval", "epoch": 0, "step": 0, "heldout_exact_sort": 0.0,
+         "heldout_mean_reward": 0.0}
+    )  # fmt: skip
+    text = format_diagnosis(history)
+    assert "cannot diagnose" in text and "no &#x27;step&#x27; records" in text
+    with pytest.raises(TypeError, match="expected a History"):
+        format_diagnosis([{"kind": "step"}])

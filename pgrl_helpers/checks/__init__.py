@@ -1,0 +1,68 @@
+"""Checkers for the classroom exercises in ``assignments/`` (one module per exercise family).
+
+Each ``check_*`` function takes the student's function (or config), runs it on test inputs
+and compares what it *does* with the reference behaviour of this package. It prints exactly
+one line:
+
+* ``[PASS] name: ...`` when the behaviour matches;
+* ``[TODO] name: not implemented yet ...`` while the function still raises
+  ``NotImplementedError`` (the notebook keeps running, so later exercises are checked);
+* ``[FAIL] name: ...`` naming the likely mistake (wrong sign, biased std, wrong axis,
+  forgot to detach, wrong KL direction, ...) when it can be recognised, otherwise where the
+  result differs. The reference code itself is never printed.
+
+Every checker takes ``seed`` (test inputs are drawn from it) and ``strict``: with
+``strict=True`` it prints nothing on a pass and raises ``AssertionError`` otherwise. The
+instructor notebooks use ``strict=True`` with another seed inside nbgrader's hidden-test
+regions, so that ``nbgrader autograde`` turns a failed check into lost points.
+
+Modules: ``rewards`` (sort_distance_reward, exact expected reward), ``deltas`` (deltas and
+baselines), ``losses`` (the inner loop's freeze bug, the clipped loss), ``kl`` (k3),
+``training`` (a configuration that reaches the held-out target); ``_core`` holds what they
+share.
+"""
+
+from ._core import (  # noqa: F401
+    FAIL,
+    PASS,
+    TODO,
+    CheckResult,
+    run_check,
+)
+from .deltas import (  # noqa: F401
+    BASELINE_DRAWS,
+    BASELINE_G,
+    _delta_check,
+    _delta_rewards,
+    baseline_variance_table,
+    check_baseline,
+    check_centered_deltas,
+    check_loo_deltas,
+    check_normalized_deltas,
+    reinforce_estimates,
+    total_variance,
+)
+from .kl import (  # noqa: F401
+    check_kl_k3,
+)
+from .losses import (  # noqa: F401
+    _loop_inputs,
+    _loss_inputs,
+    _params,
+    _reference_loop,
+    check_clipped_loss,
+    check_inner_loop,
+)
+from .rewards import (  # noqa: F401
+    _exact_inputs,
+    _reward_inputs,
+    check_expected_reward,
+    check_sort_distance_reward,
+)
+from .training import (  # noqa: F401
+    TRAINING_BUDGET,
+    TRAINING_TARGET,
+    TRAINING_TASK,
+    _training_outcome,
+    check_training_config,
+)

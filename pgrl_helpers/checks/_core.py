@@ -1,0 +1,120 @@
+"""What every checker shares: the result type, printing, and tolerant comparisons."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+PASS, FAIL, TODO = "[PASS]", "[FAIL]", "[TODO]"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Outcome of one check: ``status`` is PASS, FAIL or TODO; ``message`` says why."""
+
+    name: str
+    status: str
+    message: str
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASS
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.name}: {self.message}"
+
+
+class _Failed(Exception):
+    """Raised inside a diagnosis: the student's code shows the mistake in the message."""
+
+
+class _NotImplemented(Exception):
+    """The student's function still raises NotImplementedError."""
+
+
+def _run(name: str, diagnose: Callable[[], str], strict: bool) -> CheckResult | None:
+    """Run ``diagnose`` (returns the pass detail or raises _Failed); print or raise."""
+    try:
+        result = CheckResult(name, PASS, diagnose())
+    except _NotImplemented:
+        result = CheckResult(
+            name,
+            TODO,
+            "not implemented yet (the function still raises NotImplementedError; "
+            "replace the stub with your code and run this cell again)",
+        )
+    except _Failed as err:
+        result = CheckResult(name, FAIL, str(err))
+    if strict:
+        if not result.passed:
+            raise AssertionError(str(result))
+        return None
+    print(result)
+    return None
+
+
+def run_check(check: Callable, *args, seed: int = 0) -> CheckResult:
+    """Run a ``check_*`` function and return its ``CheckResult`` instead of printing it."""
+    try:
+        check(*args, seed=seed, strict=True)
+    except AssertionError as err:
+        line = str(err)
+        status = TODO if line.startswith(TODO) else FAIL
+        name, _, message = line[len(status) + 1 :].partition(": ")
+        return CheckResult(name, status, message)
+    return CheckResult(check.__name__.removeprefix("check_"), PASS, "")
+
+
+def _call(fn: Callable, *args, **kwargs):
+    """Call the student's function; NotImplementedError -> TODO, any other error -> FAIL."""
+    if not callable(fn):
+        raise _Failed(f"expected a function, got {type(fn).__name__}")
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError as err:
+        raise _NotImplemented from err
+    except Exception as err:  # the student's bug, reported instead of crashing the notebook
+        raise _Failed(
+            f"your function raised {type(err).__name__}: {str(err).strip()[:300]}"
+        ) from err
+
+
+def _as_tensor(out, what: str = "your function") -> torch.Tensor:
+    if not isinstance(out, torch.Tensor):
+        raise _Failed(f"{what} returned {type(out).__name__}, expected a torch.Tensor")
+    return out
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-4) -> bool:
+    """Same shape and equal within ``tol`` (absolute + relative); NaN never matches."""
+    if not isinstance(a, torch.Tensor) or a.shape != b.shape:
+        return False
+    a, b = a.detach().double(), b.detach().double()
+    return bool(torch.isfinite(a).all()) and bool(
+        torch.allclose(a, b, atol=tol, rtol=tol, equal_nan=False)
+    )
+
+
+def _first_match(out: torch.Tensor, candidates: list[tuple[torch.Tensor, str]], tol=1e-4):
+    for value, message in candidates:
+        try:
+            if _close(out, value, tol):
+                return message
+        except RuntimeError:  # a candidate that does not broadcast
+            continue
+    return None
+
+
+def _check_unchanged(before: list[torch.Tensor], after: list[torch.Tensor]) -> None:
+    for b, a in zip(before, after):
+        if not torch.equal(b, a):
+            raise _Failed(
+                "your function changed its input tensors in place (e.g. sort_(), -=, "
+                "masked_fill_); work on new tensors so the caller's data stay intact"
+            )
+
+
+def _fmt_shape(x: torch.Tensor) -> str:
+    return str(list(x.shape))

@@ -1,0 +1,305 @@
+"""``TrainConfig``: the one flat, documented dataclass a reader edits to set up a run.
+
+Every field has a one-line docstring (``config_fields()`` lists them). ``validate()``
+raises a clear error naming the first bad field. ``build_task()`` and ``build_policy()``
+make the ``Task`` and ``Policy`` objects the loop talks to, so notebooks never need to
+build them by hand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+
+from .advantages import ADVANTAGE_ESTIMATORS, DELTA_MODES, GROUP_MODES
+from .autoregressive import AutoregressiveSortPolicy
+from .dedup_task import DEDUP_REWARD_FNS, SortDedupTask
+from .history import _check_choice
+from .kl import KL_ESTIMATORS
+from .losses import LOSS_MODES, POLICY_OBJECTIVES
+from .masking import LOSS_AGGREGATIONS
+from .models import LectureModel, SortTransformer
+from .rollout import BATCH_FILTERS, ROLLOUT_SOURCES
+from .sort_task import LECTURE_PROMPTS, REWARD_FNS, SortTask, lecture_prompts
+
+MODEL_NAMES: tuple[str, ...] = ("lecture", "transformer", "autoregressive")
+TASKS: tuple[str, ...] = ("sort", "sort_dedup")
+PROMPT_SOURCES: tuple[str, ...] = ("lecture", "random")
+
+
+@dataclass
+class TrainConfig:
+    """Everything one run of ``run_policy_gradient`` needs. Defaults = the lecture's run."""
+
+    deltas_mode: str = "centered_rewards"
+    """How rewards become deltas: one of ``advantages.DELTA_MODES``."""
+    loss_mode: str = "naive"
+    """Policy loss: one of ``losses.LOSS_MODES`` ('naive', 'unclipped', 'clipped')."""
+    epsilon: float = 0.2
+    """Clip range: lower edge 1 - epsilon of the 'clipped' loss (any > 0; >= 1: no lower clip)."""
+    kl_penalty: float = 0.0
+    """Coefficient beta of the KL(policy || reference) term; 0 turns the reference off."""
+    entropy_coef: float = 0.0
+    """Weight of an entropy bonus (loss -= coef x mean token entropy); 0 = the lecture's loss."""
+    kl_estimator: str = "k3"
+    """Per-sample KL estimator: one of ``kl.KL_ESTIMATORS``."""
+    compute_ref_model_period: int = 10
+    """Refresh the frozen reference model every this many epochs (only when kl_penalty > 0)."""
+    num_epochs: int = 100
+    """Number of epochs: each samples one batch of responses."""
+    num_steps_per_epoch: int = 10
+    """Optimizer steps taken on each epoch's batch."""
+    num_responses: int = 10
+    """G, the number of responses sampled per prompt (the group)."""
+    prompts_per_epoch: int | None = None
+    """Prompts per epoch for prompt_source 'random' (None: 64); 'lecture' always uses its 3."""
+    prompt_source: str = "lecture"
+    """'lecture' (the 3 fixed prompts every epoch) or 'random' (fresh prompts each epoch)."""
+    prompt_length: int = 3
+    """Length of prompts and responses (the lecture prompts have length 3)."""
+    vocab_size: int = 5
+    """Token values are 0 .. vocab_size - 1 (the lecture prompts need >= 5)."""
+    reward_fn: str | Callable = "sort_inclusion_ordering_reward"
+    """A name from ``sort_task.REWARD_FNS`` or a reward function (see ``compute_reward``)."""
+    model: str = "lecture"
+    """Policy: 'lecture' (LectureModel), 'transformer' (SortTransformer) or 'autoregressive'."""
+    embedding_dim: int = 10
+    """Embedding size of LectureModel, or d_model of SortTransformer."""
+    num_layers: int = 2
+    """SortTransformer only: number of transformer blocks."""
+    num_heads: int = 4
+    """SortTransformer only: attention heads (must divide embedding_dim)."""
+    learning_rate: float = 1e-3
+    """Adam learning rate."""
+    seed: int = 0
+    """Seeds the model's initial weights, the training prompts and the sampling."""
+    eval_every: int = 10
+    """Evaluate on the held-out prompts every this many epochs (also before and at the end)."""
+    num_eval_prompts: int | None = None
+    """Size of the held-out set (None: min(1000, a quarter of all possible prompts))."""
+    eval_seed: int = 12345
+    """Seed of the held-out prompt set: the same for every training seed."""
+    target_heldout_exact_sort: float | None = None
+    """Stop early once held-out greedy exact-sort reaches this fraction (None: never)."""
+    detach_old_log_probs: bool = True
+    """True: old log-probs frozen under no_grad. False reproduces the freeze pitfall."""
+    progress: bool = False
+    """Show a tqdm.auto progress bar over epochs."""
+    num_threads: int | None = 1
+    """torch CPU threads during the run (restored after); 1 is fastest for tiny models."""
+
+    task: str = "sort"
+    """'sort' (fixed length) or 'sort_dedup' (sort, drop repeats, then EOS; model 'autoregressive')."""
+    max_response_length: int | None = None
+    """Autoregressive policy: most tokens per response, EOS included (None: prompt_length + 2)."""
+    loss_aggregation: str = "token_mean"
+    """Per-token losses -> one number: one of ``masking.LOSS_AGGREGATIONS`` (padding never counts)."""
+    epsilon_high: float | None = None
+    """Clip-higher (DAPO): upper clip edge 1 + epsilon_high; None means epsilon (symmetric)."""
+
+    # The loop's extension points: each names an entry of a registry (see README).
+    advantage_estimator: str = "group"
+    """How deltas are made: a key of ``advantages.ADVANTAGE_ESTIMATORS`` ('group')."""
+    importance_sampling_level: str = "token"
+    """Policy objective: a key of ``losses.POLICY_OBJECTIVES`` ('token': per-token ratios)."""
+    batch_filter: str = "none"
+    """Which sampled groups the optimizer sees: a key of ``rollout.BATCH_FILTERS``."""
+    rollout_source: str = "on_policy"
+    """Who samples, and whose log-probs are old: a key of ``rollout.ROLLOUT_SOURCES``."""
+
+    @property
+    def response_length(self) -> int:
+        """Slots per sampled response: prompt_length, or the autoregressive maximum."""
+        if self.model != "autoregressive":
+            return self.prompt_length
+        if self.max_response_length is None:
+            return self.prompt_length + 2
+        return self.max_response_length
+
+    def _validate_response_options(self) -> None:
+        """Checks of task, model pairing, loss_aggregation, max_response_length, epsilon_high."""
+        _check_choice(self.task, TASKS, "task")
+        _check_choice(self.loss_aggregation, LOSS_AGGREGATIONS, "loss_aggregation")
+        if (self.task == "sort_dedup") != (self.model == "autoregressive"):
+            raise ValueError(
+                f"task {self.task!r} with model {self.model!r}: the variable-length task "
+                "'sort_dedup' needs model 'autoregressive' (it must choose when to stop), "
+                "and the autoregressive policy is only wired to 'sort_dedup'"
+            )
+        if self.task == "sort_dedup" and self.prompt_source != "random":
+            raise ValueError("task 'sort_dedup' trains on prompt_source 'random'")
+        if self.max_response_length is not None and (
+            not isinstance(self.max_response_length, int)
+            or self.max_response_length < self.prompt_length + 1
+        ):
+            raise ValueError(
+                f"max_response_length must be an int >= prompt_length + 1 = "
+                f"{self.prompt_length + 1} (longest answer plus EOS), got "
+                f"{self.max_response_length!r}"
+            )
+        eps_high = self.epsilon_high
+        if eps_high is not None and (
+            isinstance(eps_high, bool)
+            or not isinstance(eps_high, (int, float))
+            or not math.isfinite(eps_high)
+            or eps_high <= 0
+        ):
+            raise ValueError(
+                f"epsilon_high must be a positive finite number or None, got {eps_high!r}"
+            )
+
+    def validate(self) -> None:
+        """Raise ValueError/TypeError naming the first bad field; called before training."""
+        _check_choice(self.deltas_mode, DELTA_MODES, "deltas_mode")
+        _check_choice(self.loss_mode, LOSS_MODES, "loss_mode")
+        _check_choice(self.kl_estimator, KL_ESTIMATORS, "kl_estimator")
+        _check_choice(self.model, MODEL_NAMES, "model")
+        _check_choice(self.advantage_estimator, tuple(ADVANTAGE_ESTIMATORS), "advantage_estimator")
+        _check_choice(
+            self.importance_sampling_level, tuple(POLICY_OBJECTIVES), "importance_sampling_level"
+        )
+        _check_choice(self.batch_filter, tuple(BATCH_FILTERS), "batch_filter")
+        _check_choice(self.rollout_source, tuple(ROLLOUT_SOURCES), "rollout_source")
+        self._validate_response_options()
+        _check_choice(self.prompt_source, PROMPT_SOURCES, "prompt_source")
+        for name in (
+            "num_epochs",
+            "num_steps_per_epoch",
+            "num_responses",
+            "compute_ref_model_period",
+            "prompt_length",
+            "vocab_size",
+            "embedding_dim",
+            "num_layers",
+            "num_heads",
+            "eval_every",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        for name in ("prompts_per_epoch", "num_eval_prompts", "num_threads"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+        if self.deltas_mode in GROUP_MODES and self.num_responses < 2:
+            raise ValueError(
+                f"deltas_mode {self.deltas_mode!r} compares responses within a group and "
+                f"needs num_responses (G) >= 2, got {self.num_responses}"
+            )
+        for name in ("learning_rate", "epsilon"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+        for name in ("kl_penalty", "entropy_coef"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be >= 0 and finite, got {value!r}")
+        if isinstance(self.reward_fn, str):
+            names = DEDUP_REWARD_FNS if self.task == "sort_dedup" else REWARD_FNS
+            _check_choice(self.reward_fn, tuple(names), "reward_fn")
+        elif not callable(self.reward_fn):
+            raise TypeError(
+                f"reward_fn must be a name or callable, got {type(self.reward_fn).__name__}"
+            )
+        if self.model in ("transformer", "autoregressive") and self.embedding_dim % self.num_heads:
+            raise ValueError(
+                f"embedding_dim ({self.embedding_dim}) must be divisible by num_heads "
+                f"({self.num_heads}) for the transformer"
+            )
+        if self.prompt_source == "lecture":
+            if self.prompt_length != 3 or self.vocab_size < 5:
+                raise ValueError(
+                    "prompt_source 'lecture' uses the prompts "
+                    f"{LECTURE_PROMPTS}: it needs prompt_length 3 and vocab_size >= 5, got "
+                    f"prompt_length {self.prompt_length} and vocab_size {self.vocab_size}"
+                )
+            if self.prompts_per_epoch not in (None, len(LECTURE_PROMPTS)):
+                raise ValueError(
+                    "prompt_source 'lecture' always trains on its 3 prompts; leave "
+                    f"prompts_per_epoch None (got {self.prompts_per_epoch})"
+                )
+        space = self.vocab_size**self.prompt_length
+        if space > 2**62:
+            raise ValueError(
+                f"vocab_size**prompt_length = {space} is too large to index prompts; "
+                "use shorter prompts or a smaller vocabulary"
+            )
+        if self.num_eval_prompts is not None and self.num_eval_prompts > space // 2:
+            raise ValueError(
+                f"num_eval_prompts {self.num_eval_prompts} is more than half of the {space} "
+                f"possible prompts (length {self.prompt_length}, vocab {self.vocab_size}); "
+                f"training needs prompts it can use: choose <= {space // 2}"
+            )
+        if self.target_heldout_exact_sort is not None and not (
+            0 < self.target_heldout_exact_sort <= 1
+        ):
+            raise ValueError(
+                f"target_heldout_exact_sort must lie in (0, 1] or be None, "
+                f"got {self.target_heldout_exact_sort!r}"
+            )
+
+    @property
+    def batch_prompts(self) -> int:
+        """Prompts per epoch actually used."""
+        if self.prompt_source == "lecture":
+            return len(LECTURE_PROMPTS)
+        return 64 if self.prompts_per_epoch is None else self.prompts_per_epoch
+
+    @property
+    def heldout_size(self) -> int:
+        """Number of held-out prompts actually used."""
+        if self.num_eval_prompts is not None:
+            return self.num_eval_prompts
+        return min(1000, self.vocab_size**self.prompt_length // 4)
+
+    def build_task(self):
+        """The ``Task`` of this run (``sort_task.SortTask`` or ``dedup_task.SortDedupTask``)."""
+        if self.task == "sort_dedup":
+            return SortDedupTask(self.prompt_length, self.vocab_size, self.reward_fn)
+        fixed = lecture_prompts() if self.prompt_source == "lecture" else None
+        return SortTask(self.prompt_length, self.vocab_size, self.reward_fn, fixed)
+
+    def build_policy(self):
+        """The policy named by ``model``, initialised with ``seed`` (implements ``Policy``)."""
+        if self.model == "autoregressive":
+            return AutoregressiveSortPolicy(
+                self.vocab_size,
+                self.prompt_length,
+                self.response_length,
+                d_model=self.embedding_dim,
+                num_layers=self.num_layers,
+                num_heads=self.num_heads,
+                seed=self.seed,
+            )
+        if self.model == "lecture":
+            return LectureModel(
+                self.vocab_size,
+                self.embedding_dim,
+                self.prompt_length,
+                self.prompt_length,
+                seed=self.seed,
+            )
+        return SortTransformer(
+            self.vocab_size,
+            self.prompt_length,
+            d_model=self.embedding_dim,
+            num_layers=self.num_layers,
+            num_heads=self.num_heads,
+            seed=self.seed,
+        )
+
+
+def config_fields() -> dict[str, str]:
+    """{field name: its one-line docstring}, read from this module's source."""
+    import inspect
+
+    lines = inspect.getsource(TrainConfig).splitlines()
+    docs: dict[str, str] = {}
+    names = {f.name for f in fields(TrainConfig)}
+    for i, line in enumerate(lines[:-1]):
+        stripped = line.strip()
+        name = stripped.split(":", 1)[0]
+        if name in names and ":" in stripped:
+            docs[name] = lines[i + 1].strip().strip('"').strip()
+    return docs

@@ -1,0 +1,141 @@
+"""Exact studies of the KL penalty on one categorical distribution (notebook 05).
+
+Everything here enumerates the tokens of a small categorical policy pi = softmax(theta)
+instead of sampling, so that expectations and expected gradients are exact:
+
+* ``estimator_stats``: exact and Monte Carlo mean / spread of k1, k2, k3 against the exact
+  reverse KL, KL(pi || pi_ref);
+* ``kl_regularized_objective`` / ``kl_regularized_optimum``: J(pi) = E_pi[R] - beta KL(pi || pi_ref)
+  and its maximiser pi_ref exp(R / beta) / Z (Rafailov et al. 2023, DPO, eq. 4; Korbak et al.
+  2022, "RL with KL penalties is better viewed as Bayesian inference");
+* ``kl_placement_gradients``: the expected gradient of each way of putting the KL into training
+  (an estimator in the loss; k1 in the reward, PPO-RLHF style; the bias-corrected k3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ._validate import check_finite, check_same_shape
+from .kl import categorical_kl, kl_k1, kl_k2, kl_k3, kl_k3_bias_corrected
+
+ESTIMATORS: dict[str, Callable] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
+
+
+def estimator_stats(
+    logits: torch.Tensor,
+    ref_logits: torch.Tensor,
+    num_samples: int,
+    seed: int = 0,
+    estimators: dict[str, Callable] = ESTIMATORS,
+) -> dict:
+    """Mean and spread of each estimator of KL(pi || pi_ref), exactly and by Monte Carlo.
+
+    logits, ref_logits float[vocab] (pi = softmax(logits), pi_ref = softmax(ref_logits)).
+    Returns {"kl": exact KL, name: {"exact_mean", "exact_std", "mc_mean", "mc_se"}}: the
+    exact mean and per-sample std by enumerating the vocab, and the mean and standard error
+    of ``num_samples`` tokens drawn from pi (seeded), as a training loop sees them.
+    """
+    check_same_shape(logits, ref_logits, "logits", "ref_logits")
+    if logits.ndim != 1:
+        raise ValueError(f"logits must be 1-D [vocab], got shape {list(logits.shape)}")
+    if num_samples < 2:
+        raise ValueError(f"num_samples must be >= 2, got {num_samples}")
+    log_p, log_ref = torch.log_softmax(logits, -1), torch.log_softmax(ref_logits, -1)
+    p = log_p.exp()
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.multinomial(p, num_samples, replacement=True, generator=gen)
+    stats = {"kl": categorical_kl(logits, ref_logits).item()}
+    for name, estimator in estimators.items():
+        per_token = estimator(log_p, log_ref)  # the estimator's value at every token
+        mean = (p * per_token).sum()
+        samples = per_token[x]
+        stats[name] = {
+            "exact_mean": mean.item(),
+            "exact_std": (p * (per_token - mean) ** 2).sum().sqrt().item(),
+            "mc_mean": samples.mean().item(),
+            "mc_se": (samples.std() / num_samples**0.5).item(),
+        }
+    return stats
+
+
+def _check_bandit(logits, ref_logits, rewards, beta):
+    check_same_shape(logits, ref_logits, "logits", "ref_logits")
+    check_same_shape(logits, rewards, "logits", "rewards")
+    check_finite(rewards, "rewards")
+    if not beta > 0:
+        raise ValueError(f"beta must be > 0, got {beta!r}")
+
+
+def kl_regularized_objective(
+    logits: torch.Tensor, ref_logits: torch.Tensor, rewards: torch.Tensor, beta: float
+) -> torch.Tensor:
+    """J = E_pi[R] - beta KL(pi || pi_ref) for pi = softmax(logits); all float[vocab]."""
+    _check_bandit(logits, ref_logits, rewards, beta)
+    p = torch.softmax(logits, -1)
+    return (p * rewards).sum() - beta * categorical_kl(logits, ref_logits)
+
+
+def kl_regularized_optimum(
+    ref_logits: torch.Tensor, rewards: torch.Tensor, beta: float
+) -> torch.Tensor:
+    """log pi* with pi* = pi_ref exp(R / beta) / Z, the maximiser of ``kl_regularized_objective``.
+
+    Because E_pi[R] - beta KL(pi || pi_ref) = beta log Z - beta KL(pi || pi*), the maximum is
+    beta log Z, reached only at pi = pi*. float[vocab] -> float[vocab].
+    """
+    _check_bandit(ref_logits, ref_logits, rewards, beta)
+    return torch.log_softmax(torch.log_softmax(ref_logits, -1) + rewards / beta, -1)
+
+
+def _grad(objective: Callable, theta: torch.Tensor) -> torch.Tensor:
+    theta = theta.detach().clone().requires_grad_(True)
+    objective(theta).backward()
+    return theta.grad
+
+
+def kl_placement_gradients(
+    theta: torch.Tensor, ref_logits: torch.Tensor, old_logits: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
+    """Expected gradient (beta = 1, as a term to *minimise*) of each KL placement; float[vocab].
+
+    Samples y come from pi = softmax(theta) (or from pi_old = softmax(old_logits) for the
+    bias-corrected k3); their weights carry no gradient, as with real samples.
+
+    * ``"grad KL(pi||pi_ref)"`` and ``"grad KL(pi_ref||pi)"``: autograd of the exact KLs;
+    * ``"k1/k2/k3 in the loss"``: grad of sum_y sg(pi) k(y);
+    * ``"k1 in the reward"``: reward R - k1(y) in the REINFORCE loss, k1 a constant:
+      grad of sum_y sg(pi) sg(k1(y)) log pi(y);
+    * ``"k3 x ratio (bias-corrected)"``: grad of sum_y pi_old(y) (pi/pi_old)(y) k3(y).
+    """
+    check_same_shape(theta, ref_logits, "theta", "ref_logits")
+    log_ref = torch.log_softmax(ref_logits, -1)
+    old = theta if old_logits is None else old_logits
+    log_old = torch.log_softmax(old, -1).detach()
+
+    def in_loss(estimator):
+        def objective(th):
+            log_p = torch.log_softmax(th, -1)
+            return (log_p.exp().detach() * estimator(log_p, log_ref)).sum()
+
+        return objective
+
+    def k1_in_reward(th):
+        log_p = torch.log_softmax(th, -1)
+        return (log_p.exp().detach() * kl_k1(log_p, log_ref).detach() * log_p).sum()
+
+    def bias_corrected(th):
+        log_p = torch.log_softmax(th, -1)
+        return (log_old.exp() * kl_k3_bias_corrected(log_p, log_old, log_ref)).sum()
+
+    out = {
+        "grad KL(pi||pi_ref)": _grad(lambda th: categorical_kl(th, ref_logits), theta),
+        "grad KL(pi_ref||pi)": _grad(lambda th: categorical_kl(ref_logits, th), theta),
+    }
+    for name, estimator in ESTIMATORS.items():
+        out[f"{name} in the loss"] = _grad(in_loss(estimator), theta)
+    out["k1 in the reward"] = _grad(k1_in_reward, theta)
+    out["k3 x ratio (bias-corrected)"] = _grad(bias_corrected, theta)
+    return out

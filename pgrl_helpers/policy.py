@@ -1,0 +1,117 @@
+"""The Policy interface: what the training loop asks of a policy, and nothing more.
+
+Three policies implement it: ``LectureModel`` and ``SortTransformer`` (positional: every
+output slot is sampled independently given the prompt, responses have a fixed length)
+and ``AutoregressiveSortPolicy`` (token by token until EOS, variable length). The loop
+only ever calls these methods, so it never needs to know which policy it trains:
+
+* ``sample(prompts, num_samples, generator)`` -> (responses int64[batch, trial, pos],
+  mask float32[batch, trial, pos]): G responses per prompt and the response mask (1 for
+  a real token, 0 for padding; all ones for a fixed-length policy).
+* ``log_probs(prompts, responses)`` -> float[batch, trial, pos]: per-token
+  log pi(token | context), differentiable.
+* ``token_entropy(prompts, responses)`` -> float[batch, trial, pos]: entropy (nats) of
+  the policy's distribution at every response slot.
+* ``mean_entropy(prompts, responses, mask)`` -> scalar: mean of that entropy over the
+  real tokens (the entropy metric and bonus; differentiable).
+* ``greedy(prompts)`` -> int64[batch, 1, pos]: argmax decoding, for evaluation.
+
+plus the attributes ``vocab_size``, ``prompt_length`` and ``response_length`` (slots per
+response). ``check_policy_fits`` compares them with what a config implies.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from . import sampling
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """The methods the training loop calls (see the module docstring for shapes)."""
+
+    vocab_size: int
+    prompt_length: int
+    response_length: int
+
+    def sample(
+        self, prompts: torch.Tensor, num_samples: int, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def log_probs(self, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor: ...
+
+    def token_entropy(self, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor: ...
+
+    def mean_entropy(
+        self, prompts: torch.Tensor, responses: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor: ...
+
+    def greedy(self, prompts: torch.Tensor) -> torch.Tensor: ...
+
+
+class PositionalPolicy:
+    """Policy methods for a model whose ``forward(prompts)`` gives logits [batch, pos, vocab].
+
+    Mixed into ``LectureModel`` and ``SortTransformer``: every response slot is sampled
+    independently given the prompt, so every response has ``prompt_length`` tokens and
+    the mask is all ones. The distribution at a slot does not depend on the sampled
+    response, so the entropy is a function of the prompt alone.
+    """
+
+    def sample(self, prompts, num_samples, generator=None):
+        responses = sampling.sample_responses(self, prompts, num_samples, generator=generator)
+        return responses, torch.ones(responses.shape, dtype=torch.float32)
+
+    def log_probs(self, prompts, responses):
+        return sampling.compute_log_probs(prompts, responses, self)
+
+    def token_entropy(self, prompts, responses):
+        per_slot = sampling.token_entropy(prompts, self)  # [batch, pos]
+        return per_slot[:, None, :].expand(responses.shape)  # same for every sample
+
+    def mean_entropy(self, prompts, responses, mask):
+        # Every slot is real and the entropy depends on the prompt only: the mean over
+        # [batch, trial, pos] equals the mean over [batch, pos] (computed that way).
+        return sampling.token_entropy(prompts, self).mean()
+
+    def greedy(self, prompts):
+        was_training = self.training
+        self.eval()
+        try:
+            return sampling.greedy_responses(self, prompts)
+        finally:
+            self.train(was_training)
+
+
+def check_policy_fits(policy, vocab_size: int, prompt_length: int, response_length: int) -> None:
+    """Raise ValueError naming every attribute of ``policy`` that does not fit the run.
+
+    A policy with fewer response slots than the run expects would be cut off before it
+    can finish an answer; one with a different vocabulary or prompt length cannot read
+    the prompts. Raises TypeError if ``policy`` lacks the ``Policy`` methods.
+    """
+    missing = [
+        name
+        for name in ("sample", "log_probs", "token_entropy", "mean_entropy", "greedy")
+        if not callable(getattr(policy, name, None))
+    ]
+    if missing:
+        raise TypeError(
+            f"the model ({type(policy).__name__}) does not implement the Policy interface: "
+            f"missing {', '.join(missing)} (see pgrl_helpers.policy)"
+        )
+    expected = {
+        "vocab_size": vocab_size,
+        "prompt_length": prompt_length,
+        "response_length": response_length,
+    }
+    wrong = [
+        f"{name} {getattr(policy, name, None)!r} (config implies {value})"
+        for name, value in expected.items()
+        if getattr(policy, name, None) != value
+    ]
+    if wrong:
+        raise ValueError(f"the given model does not fit the config: {'; '.join(wrong)}")

@@ -1,0 +1,56 @@
+"""Exact KL studies: estimator statistics, the KL-regularised optimum, the placement gradients."""
+
+import pytest
+import torch
+
+from pgrl_helpers.kl_exact import (
+    estimator_stats,
+    kl_placement_gradients,
+    kl_regularized_objective,
+    kl_regularized_optimum,
+)
+
+
+def test_estimator_stats_k1_k3_unbiased_k2_biased_far_away():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(10, generator=g)
+    stats = estimator_stats(logits, logits + 3 * torch.randn(10, generator=g), 50_000)
+    for name in ("k1", "k3"):
+        assert abs(stats[name]["exact_mean"] - stats["kl"]) < 1e-4 * max(1, stats["kl"])
+        assert abs(stats[name]["mc_mean"] - stats["kl"]) < 5 * stats[name]["mc_se"]
+    assert stats["k2"]["exact_mean"] - stats["kl"] > 0.1 * stats["kl"]
+    with pytest.raises(ValueError, match="num_samples"):
+        estimator_stats(logits, logits, 1)
+    with pytest.raises(ValueError, match="1-D"):
+        estimator_stats(logits[None], logits[None], 10)
+
+
+@pytest.mark.parametrize("beta", [0.1, 1.0, 5.0])
+def test_optimum_beats_every_perturbation_and_reaches_beta_log_z(beta):
+    g = torch.Generator().manual_seed(1)
+    ref = torch.randn(6, generator=g, dtype=torch.float64)
+    rewards = torch.randn(6, generator=g, dtype=torch.float64)
+    log_opt = kl_regularized_optimum(ref, rewards, beta)
+    best = kl_regularized_objective(log_opt, ref, rewards, beta)
+    log_z = torch.logsumexp(torch.log_softmax(ref, -1) + rewards / beta, -1)
+    assert abs(best - beta * log_z) < 1e-10
+    for _ in range(50):
+        other = log_opt + 0.3 * torch.randn(6, generator=g, dtype=torch.float64)
+        assert kl_regularized_objective(other, ref, rewards, beta) < best
+    with pytest.raises(ValueError, match="beta"):
+        kl_regularized_objective(ref, ref, rewards, 0.0)
+
+
+def test_placement_gradients():
+    g = torch.Generator().manual_seed(3)
+    theta = torch.randn(6, generator=g, dtype=torch.float64)
+    ref = theta + 1.5 * torch.randn(6, generator=g, dtype=torch.float64)
+    old = theta - 0.3 * torch.randn(6, generator=g, dtype=torch.float64)
+    grads = kl_placement_gradients(theta, ref, old_logits=old)
+    reverse, forward = grads["grad KL(pi||pi_ref)"], grads["grad KL(pi_ref||pi)"]
+    assert (reverse - forward).abs().max() > 0.1
+    torch.testing.assert_close(grads["k1 in the reward"], reverse)
+    torch.testing.assert_close(grads["k2 in the loss"], reverse)
+    torch.testing.assert_close(grads["k3 in the loss"], forward)
+    torch.testing.assert_close(grads["k3 x ratio (bias-corrected)"], reverse)
+    assert grads["k1 in the loss"].abs().max() < 1e-12
