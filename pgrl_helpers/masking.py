@@ -151,8 +151,6 @@ def aggregate_loss(
             "tokens is undefined"
         )
     if mask is None:
-        if aggregation == "token_mean" and num_tokens is None:
-            return per_token_loss.mean()
         mask = torch.ones_like(per_token_loss, dtype=torch.bool)
     bool_mask = _check_mask(per_token_loss, mask)
     for value, name in ((num_sequences, "num_sequences"), (num_tokens, "num_tokens")):

@@ -6,10 +6,12 @@ std_floor / eps checks, and error messages that name the offending argument.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
-from pgrl_helpers.advantages import DELTA_MODES, compute_deltas
+from pgrl_helpers.advantages import DELTA_MODES, compute_deltas, group_baseline_deltas
 
 R = [[1.0, 2.0, 3.0, 6.0], [0.0, 0.0, 1.0, 1.0]]
 
@@ -70,3 +72,12 @@ def test_error_messages_name_the_argument():
         r"is undefined$",
     ):
         compute_deltas(r[:, :1], "loo_rewards")
+
+
+def test_group_baseline_deltas_uses_the_rollout_rewards_and_the_config_mode():
+    rewards = torch.tensor(R)
+    for mode in DELTA_MODES:
+        got = group_baseline_deltas(
+            SimpleNamespace(rewards=rewards), SimpleNamespace(deltas_mode=mode)
+        )
+        assert torch.equal(got, compute_deltas(rewards, mode)), mode

@@ -18,9 +18,12 @@ from pgrl_helpers.kl import (
     kl_k1,
     kl_k2,
     kl_k3,
+    kl_k3_bias_corrected,
+    kl_per_response,
     policy_token_kl,
 )
 from pgrl_helpers.losses import MAX_LOG_RATIO
+from pgrl_helpers.masking import masked_normalize
 
 LOG_P = torch.tensor([[[-1.0, -2.0, -0.5]]])
 LOG_Q = torch.tensor([[[-2.0, -0.5, -0.5]]])  # log r = log q - log p = [-1, 1.5, 0]
@@ -96,3 +99,49 @@ def test_policy_token_kl_names_the_model_whose_output_is_wrong():
         policy_token_kl(prompts, flat, good)
     with pytest.raises(ValueError, match=r"^ref_model output \(logits\) " + shape):
         policy_token_kl(prompts, good, flat)
+
+
+def test_kl_k3_bias_corrected_value_clamp_and_messages():
+    old = torch.zeros(1, 1, 3)
+    log_probs = torch.tensor([[[-100.0, 0.0, 100.0]]])
+    ref = torch.zeros(1, 1, 3)
+    ratio = torch.exp(torch.tensor([-MAX_LOG_RATIO, 0.0, MAX_LOG_RATIO]))
+    torch.testing.assert_close(
+        kl_k3_bias_corrected(log_probs, old, ref)[0, 0], ratio * kl_k3(log_probs, ref)[0, 0]
+    )
+    with pytest.raises(ValueError, match="^log_probs and old_log_probs must have the same shape"):
+        kl_k3_bias_corrected(log_probs, old[..., :2], ref)
+    bad = old.clone()
+    bad[0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="^old_log_probs contains 1 non-finite"):
+        kl_k3_bias_corrected(log_probs, bad, ref)
+    with pytest.raises(
+        ValueError,
+        match=r"^old_log_probs requires grad: the ratio pi/pi_old would be exactly 1 with zero "
+        r"gradient \(the freeze pitfall\); compute them under torch.no_grad\(\) or .detach\(\)$",
+    ):
+        kl_k3_bias_corrected(log_probs, old.requires_grad_(True), ref)
+
+
+def test_kl_per_response_masks_padding_and_is_exactly_the_penalty_when_all_real():
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(3, 4, 5, generator=g), torch.randn(3, 4, 5, generator=g)
+    ones = torch.ones(3, 4, 5)
+    for estimator in ("k1", "k2", "k3"):
+        assert torch.equal(
+            kl_per_response(a, b, estimator, ones), compute_kl_penalty(a, b, estimator)
+        )
+    assert not torch.equal(
+        masked_normalize(kl_estimate(a, b, "k3"), ones, 12.0), compute_kl_penalty(a, b, "k3")
+    )  # the general path sums in another order: the exact path is observable
+    mask = ones.clone()
+    mask[:, :, 3:] = 0
+    expected = kl_estimate(a, b, "k1")[:, :, :3].sum() / 12
+    got = kl_per_response(a, b, "k1", mask)
+    torch.testing.assert_close(got, expected)
+    with pytest.raises(ValueError, match=r"^log_probs must have shape \[batch, trial, pos\] \("):
+        kl_per_response(a[0], b[0], "k3", ones[0])
+    with pytest.raises(
+        ValueError, match=r"^mask must match log_probs: got \[3, 4, 4\] and \[3, 4, 5\]$"
+    ):
+        kl_per_response(a, b, "k3", ones[..., :4])

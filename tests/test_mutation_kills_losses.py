@@ -8,15 +8,19 @@ argument. Deliberately NOT pinned: whether epsilon >= 1 is refused by the clippe
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from pgrl_helpers.losses import (
     MAX_LOG_RATIO,
     clip_fraction,
+    clip_mask,
     compute_loss,
     compute_per_token_loss,
     compute_ratio,
+    token_level_objective,
 )
 
 # ratios exactly representable in float32 (exp(log r) == r), including the clip edges for
@@ -156,3 +160,36 @@ def test_error_messages_name_the_argument():
         compute_loss(log_probs, deltas, "unclipped")
     with pytest.raises(ValueError, match="^log_probs and old_log_probs must have the same shape"):
         compute_loss(log_probs, deltas, "clipped", old[..., :2])
+
+
+def test_clip_mask_signs_default_epsilon_and_the_loss_passes_epsilon_high():
+    log_probs, old, deltas = ratio_batch()
+    default = clip_mask(log_probs, old, deltas)
+    assert torch.equal(default, clip_mask(log_probs, old, deltas, 0.2))
+    assert default.dtype == torch.int8
+    # delta +1: 1.25, 1.5, 2.0 clipped high; delta -1: 0.25, 0.5, 0.75 clipped low; delta 0: none
+    assert default[0].tolist() == [[0, 0, 0, 0, 1, 1, 1], [-1, -1, -1, 0, 0, 0, 0], [0] * 7]
+    _, mask = compute_per_token_loss(
+        log_probs, deltas, "clipped", old, epsilon=0.2, epsilon_high=0.3, return_clip_mask=True
+    )
+    assert mask[0, 0].tolist() == [0, 0, 0, 0, 0, 1, 1]  # 1.25 < 1.3: not clipped
+    assert torch.equal(mask, clip_mask(log_probs, old, deltas, 0.2, 0.3))
+
+
+def test_token_level_objective_picks_old_log_probs_by_config():
+    log_probs, old, deltas = ratio_batch((1.0, -1.0))
+    rollout = SimpleNamespace(old_log_probs=old, deltas=deltas)
+
+    def config(**kw):
+        base = dict(loss_mode="clipped", detach_old_log_probs=True, epsilon=0.2, epsilon_high=0.3)
+        return SimpleNamespace(**{**base, **kw})
+
+    got = token_level_objective(log_probs, rollout, config())
+    torch.testing.assert_close(
+        got, compute_per_token_loss(log_probs, deltas, "clipped", old, 0.2, epsilon_high=0.3)
+    )
+    naive = token_level_objective(log_probs, rollout, config(loss_mode="naive"))
+    torch.testing.assert_close(naive, compute_per_token_loss(log_probs, deltas, "naive"))
+    # the freeze pitfall on purpose: old = log_probs (attached), ratio 1, loss = -delta
+    frozen = token_level_objective(log_probs, rollout, config(detach_old_log_probs=False))
+    torch.testing.assert_close(frozen, -deltas[:, :, None].expand_as(frozen))

@@ -160,3 +160,15 @@ def test_token_mean_without_a_mask_is_exactly_mean_even_in_float16():
     x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0)).half()
     assert not torch.equal(masked_normalize(x, torch.ones_like(x), float(x.numel())), x.mean())
     assert torch.equal(aggregate_loss(x, None, "token_mean"), x.mean())
+
+
+def test_token_mean_with_an_all_ones_mask_is_exactly_mean():
+    x = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0)).half()
+    for mask in (torch.ones_like(x), torch.ones_like(x, dtype=torch.bool)):
+        assert torch.equal(aggregate_loss(x, mask, "token_mean"), x.mean())
+
+
+def test_counts_are_checked_without_a_mask_too():
+    for aggregation in LOSS_AGGREGATIONS:
+        with pytest.raises(ValueError, match="^num_sequences must be a positive int or None"):
+            aggregate_loss(LOSS, None, aggregation, num_sequences=0)

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from pgrl_helpers.sort_task import (
+    SortTask,
     compute_reward,
     exact_sort,
     lecture_prompts,
@@ -190,3 +191,19 @@ def test_sorted_responses_names_bad_prompts():
         sorted_responses(PROMPTS[0])
     with pytest.raises(TypeError, match="^prompts must hold integer token ids"):
         sorted_responses(PROMPTS.float())
+
+
+def test_sort_task_scores_with_its_reward_and_exact_sort():
+    task = SortTask(3, 5)
+    assert (task.prompt_length, task.vocab_size, task.fixed_prompts) == (3, 5, None)
+    assert task.reward_fn == "sort_distance_reward"
+    assert torch.equal(
+        task.reward(PROMPTS, RESPONSES), sort_distance_reward_batch(PROMPTS, RESPONSES)
+    )
+    assert torch.equal(task.exact(PROMPTS, RESPONSES), exact_sort(PROMPTS, RESPONSES))
+    other = SortTask(3, 4, "sort_inclusion_ordering_reward", fixed_prompts=PROMPTS)
+    assert (other.prompt_length, other.vocab_size) == (3, 4)
+    assert other.fixed_prompts is PROMPTS
+    assert torch.equal(
+        other.reward(PROMPTS, RESPONSES), sort_inclusion_ordering_reward_batch(PROMPTS, RESPONSES)
+    )
