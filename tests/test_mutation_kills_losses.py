@@ -181,13 +181,18 @@ def test_token_level_objective_picks_old_log_probs_by_config():
     rollout = SimpleNamespace(old_log_probs=old, deltas=deltas)
 
     def config(**kw):
-        base = dict(loss_mode="clipped", detach_old_log_probs=True, epsilon=0.2, epsilon_high=0.3)
+        base = dict(loss_mode="clipped", detach_old_log_probs=True, epsilon=0.3, epsilon_high=0.4)
         return SimpleNamespace(**{**base, **kw})
 
     got = token_level_objective(log_probs, rollout, config())
     torch.testing.assert_close(
-        got, compute_per_token_loss(log_probs, deltas, "clipped", old, 0.2, epsilon_high=0.3)
+        got, compute_per_token_loss(log_probs, deltas, "clipped", old, 0.3, epsilon_high=0.4)
     )
+    assert not torch.equal(got, compute_per_token_loss(log_probs, deltas, "clipped", old))
+    # the freeze guard stays on when the config says the old log-probs are detached
+    attached = SimpleNamespace(old_log_probs=old.clone().requires_grad_(True), deltas=deltas)
+    with pytest.raises(ValueError, match="^old_log_probs requires grad"):
+        token_level_objective(log_probs, attached, config())
     naive = token_level_objective(log_probs, rollout, config(loss_mode="naive"))
     torch.testing.assert_close(naive, compute_per_token_loss(log_probs, deltas, "naive"))
     # the freeze pitfall on purpose: old = log_probs (attached), ratio 1, loss = -delta
