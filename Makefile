@@ -1,5 +1,5 @@
 # Thin wrappers around tasks.py (which needs nothing but python3).
-.PHONY: setup lab test bench assignments book
+.PHONY: setup lab test bench assignments book mutation
 setup:
 	python3 tasks.py setup
 lab:
@@ -12,3 +12,5 @@ assignments:
 	python3 tasks.py assignments
 book:
 	python3 tasks.py book
+mutation:
+	python3 tasks.py mutation

@@ -8,6 +8,7 @@
     python3 tasks.py bench        run the benchmark scripts in benchmarks/
     python3 tasks.py assignments  generate student notebooks from the instructor ones
     python3 tasks.py book         build the series as a static, offline website in build/book/html
+    python3 tasks.py mutation     mutation testing of the numerical core (slow; not in `test`)
 
 The Makefile has the same targets (make lab, make test, ...).
 """
@@ -145,6 +146,12 @@ def book() -> None:
     print(f"Book built; open {out / 'html' / 'index.html'} in a browser (works offline).")
 
 
+def mutation() -> None:
+    """Mutation testing (mutmut) of the core modules listed in tests/mutation.py."""
+    setup(["requirements.txt", "requirements-dev.txt"])
+    run(PY, ROOT / "tests" / "mutation.py", *sys.argv[2:])
+
+
 COMMANDS = {
     "setup": lambda: setup(TEST_REQUIREMENTS),
     "lab": lab,
@@ -152,6 +159,7 @@ COMMANDS = {
     "bench": bench,
     "assignments": assignments,
     "book": book,
+    "mutation": mutation,
 }
 
 if __name__ == "__main__":

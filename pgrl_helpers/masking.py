@@ -145,9 +145,12 @@ def aggregate_loss(
     check_mode(aggregation, LOSS_AGGREGATIONS, "loss aggregation")
     check_ndim(per_token_loss, 3, "per_token_loss", "batch, trial, pos")
     batch, trial, pos = per_token_loss.shape
+    if per_token_loss.numel() == 0:
+        raise ValueError(
+            f"per_token_loss is empty, shape {list(per_token_loss.shape)}: a loss over no "
+            "tokens is undefined"
+        )
     if mask is None:
-        if aggregation == "token_mean" and num_tokens is None:
-            return per_token_loss.mean()
         mask = torch.ones_like(per_token_loss, dtype=torch.bool)
     bool_mask = _check_mask(per_token_loss, mask)
     for value, name in ((num_sequences, "num_sequences"), (num_tokens, "num_tokens")):

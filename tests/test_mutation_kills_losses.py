@@ -1,0 +1,200 @@
+"""losses: the cases mutation testing found unchecked (tests/MUTATION.md).
+
+Modes compared outside the trust region, defaults, clip_fraction at its edges and for
+zero / small deltas, the ratio clamp on both sides, and error messages that name the
+argument. Deliberately NOT pinned: whether epsilon >= 1 is refused by the clipped loss
+(issue 11 changes that to "any finite epsilon > 0").
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from pgrl_helpers.losses import (
+    MAX_LOG_RATIO,
+    clip_fraction,
+    clip_mask,
+    compute_loss,
+    compute_per_token_loss,
+    compute_ratio,
+    token_level_objective,
+)
+
+# ratios exactly representable in float32 (exp(log r) == r), including the clip edges for
+# epsilon 0.5 (0.5 and 1.5) and for epsilon_high 0.25 (1.25)
+RATIOS = torch.tensor([0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0])
+
+
+def ratio_batch(deltas=(1.0, -1.0, 0.0)):
+    """log_probs with the ratios above for each delta; old_log_probs = 0."""
+    trial = len(deltas)
+    log_probs = RATIOS.log().reshape(1, 1, -1).repeat(1, trial, 1).requires_grad_(True)
+    return log_probs, torch.zeros(1, trial, len(RATIOS)), torch.tensor([list(deltas)])
+
+
+def test_unclipped_differs_from_clipped_outside_the_trust_region():
+    log_probs, old, deltas = ratio_batch((1.0, -1.0))
+    unclipped = compute_per_token_loss(log_probs, deltas, "unclipped", old)
+    clipped = compute_per_token_loss(log_probs, deltas, "clipped", old, epsilon=0.2)
+    torch.testing.assert_close(unclipped[0, 0], -RATIOS)  # -ratio * delta, nothing clipped
+    torch.testing.assert_close(unclipped[0, 1], RATIOS)
+    assert not torch.equal(unclipped, clipped)
+    # clipped, delta = +1: -min(r, clip(r, 0.8, 1.2)); delta = -1: -min(-r, -clip(r))
+    torch.testing.assert_close(clipped[0, 0], -torch.tensor([0.25, 0.5, 0.75, 1.0, 1.2, 1.2, 1.2]))
+    torch.testing.assert_close(clipped[0, 1], torch.tensor([0.8, 0.8, 0.8, 1.0, 1.25, 1.5, 2.0]))
+    assert compute_loss(log_probs, deltas, "unclipped", old).item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_naive_ignores_old_log_probs():
+    log_probs, old, deltas = ratio_batch((2.0,))
+    naive = compute_per_token_loss(log_probs, deltas, "naive", old + 5.0)
+    torch.testing.assert_close(naive, -2.0 * log_probs)
+
+
+def test_default_epsilon_is_0_2():
+    log_probs, old, deltas = ratio_batch((1.0, -1.0))
+    default = compute_per_token_loss(log_probs, deltas, "clipped", old)
+    torch.testing.assert_close(
+        default, compute_per_token_loss(log_probs, deltas, "clipped", old, epsilon=0.2)
+    )
+    assert default[0, 0, -1].item() == pytest.approx(-1.2)  # ratio 2, delta 1: clipped at 1.2
+    assert compute_loss(log_probs, deltas, "clipped", old).item() == pytest.approx(
+        default.mean().item()
+    )
+
+
+def test_the_freeze_guard_is_on_by_default():
+    log_probs, _, deltas = ratio_batch((1.0,))
+    for mode in ("unclipped", "clipped"):
+        with pytest.raises(ValueError, match="^old_log_probs requires grad"):
+            compute_per_token_loss(log_probs, deltas, mode, log_probs)
+    # naive never reads old_log_probs, so there is nothing to guard
+    compute_per_token_loss(log_probs, deltas, "naive", log_probs)
+
+
+def test_clip_fraction_is_the_fraction_of_tokens_with_zero_clipped_gradient():
+    # exact edges: ratio == 1 + epsilon (or 1 - epsilon) is NOT clipped (gradient flows)
+    log_probs, old, deltas = ratio_batch((1.0, -1.0, 0.0, 0.5, -0.5))
+    for epsilon, epsilon_high in ((0.5, None), (0.5, 0.25), (0.25, 0.5)):
+        loss = compute_per_token_loss(
+            log_probs, deltas, "clipped", old, epsilon=epsilon, epsilon_high=epsilon_high
+        )
+        (grad,) = torch.autograd.grad(loss.sum(), log_probs)
+        cut = (grad == 0) & (deltas[:, :, None] != 0)
+        expected = cut.float().mean().item()
+        assert expected > 0
+        assert clip_fraction(log_probs, old, deltas, epsilon, epsilon_high) == pytest.approx(
+            expected
+        )
+    # epsilon 0.5: ratios 0.25 (delta < 0) and 2.0 (delta > 0) are cut, in 4 of 5 rows
+    assert clip_fraction(log_probs, old, deltas, 0.5) == pytest.approx(4 / 35)
+
+
+def test_clip_fraction_ignores_zero_deltas_and_handles_small_ones():
+    log_probs, old, _ = ratio_batch()
+    assert clip_fraction(log_probs, old, torch.zeros(1, 3), 0.2) == 0.0  # every group tied
+    small = torch.tensor([[0.5, -0.5, 0.25]])
+    # delta 0.5 / 0.25 (> 0): ratios 1.25, 1.5, 2.0 above 1.2; delta -0.5: 0.25, 0.5, 0.75 below 0.8
+    assert clip_fraction(log_probs, old, small, 0.2) == pytest.approx(9 / 21)
+
+
+def test_clip_fraction_default_epsilon_is_0_2():
+    log_probs, old, deltas = ratio_batch()
+    assert clip_fraction(log_probs, old, deltas) == clip_fraction(log_probs, old, deltas, 0.2)
+    assert clip_fraction(log_probs, old, deltas) == pytest.approx(6 / 21)
+
+
+def test_clip_fraction_rejects_bad_inputs_by_name():
+    log_probs, old, deltas = ratio_batch()
+    with pytest.raises(ValueError, match=r"^deltas must have shape \[batch, trial\] \(2 dims\)"):
+        clip_fraction(log_probs, old, deltas[0])
+    with pytest.raises(ValueError, match="^log_probs and mask must have the same shape"):
+        clip_fraction(log_probs, old, deltas, mask=torch.ones(1, 3, 2))
+    with pytest.raises(ValueError, match="^clip_fraction: the mask selects no tokens$"):
+        clip_fraction(log_probs, old, deltas, mask=torch.zeros(1, 3, len(RATIOS)))
+    with pytest.raises(ValueError, match="^log_probs and old_log_probs must have the same shape"):
+        clip_fraction(log_probs, old[..., :2], deltas)
+
+
+def test_ratio_is_clamped_on_both_sides():
+    log_probs = torch.tensor([[[-100.0, 0.0, 100.0]]], requires_grad=True)
+    ratio = compute_ratio(log_probs, torch.zeros(1, 1, 3))
+    expected = torch.exp(torch.tensor([-MAX_LOG_RATIO, 0.0, MAX_LOG_RATIO]))
+    torch.testing.assert_close(ratio[0, 0], expected)
+    (grad,) = torch.autograd.grad(ratio.sum(), log_probs)
+    assert grad[0, 0].tolist() == [0.0, 1.0, 0.0]  # beyond the clamp the gradient is 0
+    assert compute_ratio(log_probs, torch.zeros(1, 1, 3), max_log_ratio=1.0)[0, 0, 0].item() == (
+        pytest.approx(torch.exp(torch.tensor(-1.0)).item())
+    )
+    with pytest.raises(ValueError, match="^log_probs and old_log_probs must have the same shape"):
+        compute_ratio(log_probs, torch.zeros(1, 1, 2))
+
+
+def test_epsilon_must_be_positive():
+    log_probs, old, deltas = ratio_batch()
+    for bad in (0.0, -0.2):
+        with pytest.raises(ValueError, match="epsilon"):
+            compute_per_token_loss(log_probs, deltas, "clipped", old, epsilon=bad)
+
+
+def test_error_messages_name_the_argument():
+    log_probs, old, deltas = ratio_batch()
+    with pytest.raises(ValueError, match=r"^log_probs must have shape \[batch, trial, pos\] \("):
+        compute_loss(log_probs[0], deltas, "naive")
+    with pytest.raises(ValueError, match=r"^deltas must have shape \[batch, trial\] \(2 dims\)"):
+        compute_loss(log_probs, deltas[0], "naive")
+    bad = log_probs.detach().clone()
+    bad[0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="^log_probs contains 1 non-finite"):
+        compute_loss(bad, deltas, "naive")
+    with pytest.raises(ValueError, match="^old_log_probs contains 1 non-finite"):
+        compute_loss(log_probs, deltas, "clipped", bad)
+    with pytest.raises(
+        ValueError,
+        match=r"^loss mode 'unclipped' needs old_log_probs \(the frozen log-probs of the "
+        r"policy that sampled the responses\)$",
+    ):
+        compute_loss(log_probs, deltas, "unclipped")
+    with pytest.raises(ValueError, match="^log_probs and old_log_probs must have the same shape"):
+        compute_loss(log_probs, deltas, "clipped", old[..., :2])
+
+
+def test_clip_mask_signs_default_epsilon_and_the_loss_passes_epsilon_high():
+    log_probs, old, deltas = ratio_batch()
+    default = clip_mask(log_probs, old, deltas)
+    assert torch.equal(default, clip_mask(log_probs, old, deltas, 0.2))
+    assert default.dtype == torch.int8
+    # delta +1: 1.25, 1.5, 2.0 clipped high; delta -1: 0.25, 0.5, 0.75 clipped low; delta 0: none
+    assert default[0].tolist() == [[0, 0, 0, 0, 1, 1, 1], [-1, -1, -1, 0, 0, 0, 0], [0] * 7]
+    _, mask = compute_per_token_loss(
+        log_probs, deltas, "clipped", old, epsilon=0.2, epsilon_high=0.3, return_clip_mask=True
+    )
+    assert mask[0, 0].tolist() == [0, 0, 0, 0, 0, 1, 1]  # 1.25 < 1.3: not clipped
+    assert torch.equal(mask, clip_mask(log_probs, old, deltas, 0.2, 0.3))
+
+
+def test_token_level_objective_picks_old_log_probs_by_config():
+    log_probs, old, deltas = ratio_batch((1.0, -1.0))
+    rollout = SimpleNamespace(old_log_probs=old, deltas=deltas)
+
+    def config(**kw):
+        base = dict(loss_mode="clipped", detach_old_log_probs=True, epsilon=0.3, epsilon_high=0.4)
+        return SimpleNamespace(**{**base, **kw})
+
+    got = token_level_objective(log_probs, rollout, config())
+    torch.testing.assert_close(
+        got, compute_per_token_loss(log_probs, deltas, "clipped", old, 0.3, epsilon_high=0.4)
+    )
+    assert not torch.equal(got, compute_per_token_loss(log_probs, deltas, "clipped", old))
+    # the freeze guard stays on when the config says the old log-probs are detached
+    attached = SimpleNamespace(old_log_probs=old.clone().requires_grad_(True), deltas=deltas)
+    with pytest.raises(ValueError, match="^old_log_probs requires grad"):
+        token_level_objective(log_probs, attached, config())
+    naive = token_level_objective(log_probs, rollout, config(loss_mode="naive"))
+    torch.testing.assert_close(naive, compute_per_token_loss(log_probs, deltas, "naive"))
+    # the freeze pitfall on purpose: old = log_probs (attached), ratio 1, loss = -delta
+    frozen = token_level_objective(log_probs, rollout, config(detach_old_log_probs=False))
+    torch.testing.assert_close(frozen, -deltas[:, :, None].expand_as(frozen))
