@@ -102,38 +102,57 @@ class PromptTask:
                 seen.update(fresh)
                 yield decode_prompts(torch.tensor(fresh), self.prompt_length, self.vocab_size)
 
+    def max_heldout_keys(self) -> int:
+        """Most keys one held-out set may take: a quarter of all keys (two sets: half)."""
+        return max(1, self.num_keys() // 4)
+
     def heldout_split(self, sizes: tuple[int, ...], seed: int) -> list[torch.Tensor]:
         """Held-out sets int64[n_i, pos], one per size, disjoint *by key* and drawn with ``seed``.
 
-        Each set takes one prompt per key, the first new keys met in a seeded random order
-        of all prompts, skipping the keys of ``fixed_prompts``. Sets come in order (the
-        first is the validation set, the second the test set), so the first set does not
-        depend on the sizes of the later ones. Training must avoid every key returned
+        Prompts are met in a seeded random order of all prompts; each new key (skipping the
+        keys of ``fixed_prompts``) goes to the first set that still has fewer than
+        min(n_i, ``max_heldout_keys()``) keys. A set takes one prompt per key while it has
+        room for new keys; only a set whose key quota is full (n_i larger than the quota)
+        takes further prompts of its own keys (other orderings of a held-out multiset, say).
+        Sets come in order (the first is validation, the second test), and the first does
+        not depend on the later ones. Training must avoid every key returned
         (``training_prompts`` redraws any prompt that has one).
         """
-        total = sum(sizes)
-        if any(not isinstance(n, int) or n < 1 for n in sizes):
+        if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in sizes):
             raise ValueError(f"held-out set sizes must be positive ints, got {sizes}")
         excluded = set()
         if self.fixed_prompts is not None:
             excluded = set(self.prompt_key(self.fixed_prompts).tolist())
-        if total > self.num_keys() - len(excluded):
+        quotas = [min(n, self.max_heldout_keys()) for n in sizes]
+        if sum(quotas) > self.num_keys() - len(excluded):
             raise ValueError(
-                f"held-out sets of {total} distinct keys requested, but this task has only "
+                f"held-out sets of {sum(quotas)} distinct keys requested, but this task has only "
                 f"{self.num_keys()} keys ({len(excluded)} used by the fixed training prompts)"
             )
         generator = torch.Generator().manual_seed(seed)
-        chosen: list[torch.Tensor] = []
-        seen = set(excluded)
+        owner: dict[int, int] = {k: -1 for k in excluded}  # key -> set index (-1: excluded)
+        sets: list[list[torch.Tensor]] = [[] for _ in sizes]
+        num_keys = [0] * len(sizes)
         for chunk in self._candidates(generator):
             for prompt, key in zip(chunk, self.prompt_key(chunk).tolist()):
-                if key not in seen:
-                    seen.add(key)
-                    chosen.append(prompt)
-                    if len(chosen) == total:
-                        stacked = torch.stack(chosen)
-                        return list(torch.split(stacked, list(sizes)))
-        raise AssertionError("unreachable: the key count was checked above")
+                i = owner.get(key)
+                if i is None:  # a new key: to the first set with key quota left
+                    i = next((j for j, q in enumerate(quotas) if num_keys[j] < q), None)
+                    if i is None:
+                        continue
+                    owner[key] = i
+                    num_keys[i] += 1
+                elif i < 0 or num_keys[i] < quotas[i]:
+                    continue  # excluded, or the set still takes new keys only
+                if len(sets[i]) < sizes[i]:
+                    sets[i].append(prompt)
+                if all(len(s) == n for s, n in zip(sets, sizes)):
+                    return [torch.stack(s) for s in sets]
+        short = [f"{len(s)} of {n}" for s, n in zip(sets, sizes)]
+        raise ValueError(
+            f"not enough prompts with the held-out keys to fill sets of sizes {sizes} "
+            f"(got {', '.join(short)}); choose a smaller num_eval_prompts"
+        )
 
     def heldout_prompts(self, n: int, seed: int) -> torch.Tensor:
         """The first held-out set of ``heldout_split`` (the validation set): int64[n, pos]."""

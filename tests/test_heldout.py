@@ -145,10 +145,20 @@ def test_the_stopping_rule_reads_validation_never_test(monkeypatch):
     assert history.stop_reason == "target" and len(history.evals()) == 1
 
 
-def test_too_many_heldout_prompts_is_refused():
-    with pytest.raises(ValueError, match="num_eval_prompts 40 per held-out set"):
-        transformer_config(num_eval_prompts=40).validate()  # 126 multisets: at most 31
-    transformer_config(num_eval_prompts=31).validate()
+def test_large_sets_reuse_their_own_keys_and_stay_disjoint():
+    task = SortTask(4, 6)  # 126 multisets: at most 31 keys per held-out set
+    validation, test = task.heldout_split((200, 200), seed=3)
+    val_keys, test_keys = task.prompt_key(validation), task.prompt_key(test)
+    assert len(validation) == len(test) == 200
+    assert val_keys.unique().numel() == test_keys.unique().numel() == task.max_heldout_keys() == 31
+    assert not set(val_keys.tolist()) & set(test_keys.tolist())
+    assert len({tuple(p) for p in validation.tolist()}) == 200  # distinct orderings
+    # small sets take one prompt per key, as before
+    small, _ = task.heldout_split((20, 20), seed=3)
+    assert task.prompt_key(small).unique().numel() == 20
+    with pytest.raises(ValueError, match="not enough prompts with the held-out keys"):
+        SortTask(2, 3).heldout_split((50, 50), seed=0)
+    transformer_config(num_eval_prompts=200).validate()
 
 
 def test_per_epoch_takes_one_value_per_epoch():
