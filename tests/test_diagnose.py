@@ -136,6 +136,9 @@ def test_frac_reward_zero_std_decides_when_logged():
     # the freeze-bug run with the metric saying no group ties: still the freeze bug
     frozen = with_tied_fraction(run(PLANTED["frozen_ratio"][0]), 0.0)
     assert "frozen_ratio" in names(diagnose(frozen))
+    # most (not all) groups tie: the groups that differ would still give a gradient
+    mostly = with_tied_fraction(run(PLANTED["frozen_ratio"][0]), 0.75)
+    assert "frozen_ratio" in names(diagnose(mostly))
     # the same zero-gradient run, but every group ties: now the ties explain it
     tied = with_tied_fraction(run(PLANTED["frozen_ratio"][0]), 1.0)
     assert names(diagnose(tied)) >= {"tied_groups"} and "frozen_ratio" not in names(diagnose(tied))
