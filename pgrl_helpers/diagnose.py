@@ -51,6 +51,10 @@ RATIO_ONE_TOL = 1e-6
 ONE_RESPONSE_ENTROPY = 0.01
 #: Mean frac_reward_zero_std over the run at or above which tied groups explain a flat reward.
 TIED_FRAC = 0.5
+#: Mean frac_reward_zero_std over the zero-gradient steps at or above which ties explain an
+#: exactly zero gradient: one group whose rewards differ has nonzero deltas, so only (nearly)
+#: every group tying can zero the gradient; otherwise the ratio is frozen.
+ALL_TIED_FRAC = 0.99
 #: A metric "moves" when |late - early| >= MOVE_REL x max |value|; it is "flat" below FLAT_REL.
 MOVE_REL = 0.1
 FLAT_REL = 0.05
@@ -269,11 +273,11 @@ def _zero_gradient(ctx) -> list[Finding]:
     epochs, grad = _per_epoch(steps, "grad_norm")
     evidence = [_ev("grad_norm", epochs, grad), _ev("ratio_mean", *_per_epoch(steps, "ratio_mean"))]
     share = f"{len(zero)} of {len(steps)} steps have grad_norm <= {ZERO_GRAD:g} and ratio 1"
-    tied = [r["frac_reward_zero_std"] for r in steps if r.get("frac_reward_zero_std") is not None]
+    tied = [r["frac_reward_zero_std"] for r in zero if r.get("frac_reward_zero_std") is not None]
     rewards = {round(r["mean_reward"], 9) for r in zero}
     low_entropy = statistics.fmean(r["entropy"] for r in zero) < ONE_RESPONSE_ENTROPY
     if tied:
-        is_tied = statistics.fmean(tied) >= TIED_FRAC
+        is_tied = statistics.fmean(tied) >= ALL_TIED_FRAC
     else:
         is_tied = len(rewards) == 1 or low_entropy
     ctx["tied_reported"] = is_tied

@@ -67,16 +67,18 @@ PLANTED = {
         R(HEALTHY, num_epochs=40, reward_fn="sort_inclusion_ordering_reward"),
         R(HEALTHY, num_epochs=40),
     ),
-    "entropy_collapse": (R(HEALTHY, learning_rate=3e-2), HEALTHY),
+    "entropy_collapse": (R(HEALTHY, learning_rate=1e-1), HEALTHY),
     "kl_blowup": (
         R(HEALTHY, kl_penalty=0.01, compute_ref_model_period=1000),
         R(HEALTHY, kl_penalty=0.1),
     ),
     "clip_high": (R(HEALTHY, epsilon=0.01), HEALTHY),
     "clip_zero": (R(HEALTHY, learning_rate=1e-4), HEALTHY),
+    # seed 2: with seeds 0, 1 and 3 the policy learns to hit an outlier response on most
+    # steps, so the median grad_norm itself is inflated and no step is a spike relative to it
     "grad_spike": (
-        R(HEALTHY, reward_fn=flaky_reward),
-        R(HEALTHY, reward_fn=flaky_reward, deltas_mode="normalized_rewards"),
+        R(HEALTHY, reward_fn=flaky_reward, seed=2),
+        R(HEALTHY, reward_fn=flaky_reward, deltas_mode="normalized_rewards", seed=2),
     ),
     "loss_near_zero": (HEALTHY, R(HEALTHY, deltas_mode="rewards", loss_mode="naive")),
 }  # fmt: skip
@@ -134,6 +136,9 @@ def test_frac_reward_zero_std_decides_when_logged():
     # the freeze-bug run with the metric saying no group ties: still the freeze bug
     frozen = with_tied_fraction(run(PLANTED["frozen_ratio"][0]), 0.0)
     assert "frozen_ratio" in names(diagnose(frozen))
+    # most (not all) groups tie: the groups that differ would still give a gradient
+    mostly = with_tied_fraction(run(PLANTED["frozen_ratio"][0]), 0.75)
+    assert "frozen_ratio" in names(diagnose(mostly))
     # the same zero-gradient run, but every group ties: now the ties explain it
     tied = with_tied_fraction(run(PLANTED["frozen_ratio"][0]), 1.0)
     assert names(diagnose(tied)) >= {"tied_groups"} and "frozen_ratio" not in names(diagnose(tied))
