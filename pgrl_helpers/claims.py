@@ -124,6 +124,18 @@ def _reference_deltas(group: list[float], mode: str, eps: float, std_floor: floa
     raise ValueError(f"unknown delta mode {mode!r}")
 
 
+def _reference_batch_deltas(rows, mode: str, eps: float, std_floor: float) -> list[list[float]]:
+    """Group mean subtracted, then divided by a std over the whole batch (plain Python).
+
+    batch_normalized_rewards: the std of every raw reward (TRL's scale_rewards='batch');
+    reinforce_pp_baseline: the std of the group-centred rewards (REINFORCE++).
+    """
+    centred = [[r - sum(row) / len(row) for r in row] for row in rows]
+    pool = [r for row in (rows if mode == "batch_normalized_rewards" else centred) for r in row]
+    scale = max(statistics.stdev(pool), std_floor) + eps
+    return [[c / scale for c in row] for row in centred]
+
+
 def check_deltas(
     compute_deltas: Callable, rewards: torch.Tensor, modes, eps=1e-6, std_floor=1e-3, tol=1e-5
 ) -> dict[str, float]:
@@ -137,7 +149,10 @@ def check_deltas(
     for mode in modes:
         got = compute_deltas(rewards, mode)
         assert tuple(got.shape) == tuple(rewards.shape), f"{mode}: shape {list(got.shape)}"
-        want = [_reference_deltas(row, mode, eps, std_floor) for row in rows]
+        if mode in ("batch_normalized_rewards", "reinforce_pp_baseline"):
+            want = _reference_batch_deltas(rows, mode, eps, std_floor)
+        else:
+            want = [_reference_deltas(row, mode, eps, std_floor) for row in rows]
         diff = max(
             abs(a - b) for ga, wa in zip(got.double().tolist(), want) for a, b in zip(ga, wa)
         )

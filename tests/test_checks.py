@@ -292,8 +292,9 @@ def test_training_config_mistakes():
     check = checks.check_training_config
     assert outcome(check, stub).status == checks.TODO
     assert_fails(check, lambda: {"model": "transformer"}, "expected a TrainConfig")
-    assert_fails(check, lambda: TrainConfig(vocab_size=6), "fixed", "vocab_size")
-    big = TrainConfig(prompt_source="random", prompts_per_epoch=64, num_epochs=100)
+    task = checks.TRAINING_TASK
+    assert_fails(check, lambda: TrainConfig(**(task | {"vocab_size": 7})), "fixed", "vocab_size")
+    big = TrainConfig(**task, prompt_source="random", prompts_per_epoch=64, num_epochs=100)
     assert_fails(check, lambda: big, "over budget", "64,000")
-    lecture = TrainConfig(num_epochs=5, num_steps_per_epoch=2)
-    assert_fails(check, lambda: lecture, "below the target", "transformer", "3 prompts")
+    lecture = TrainConfig(**task, prompt_source="random", num_epochs=2, num_steps_per_epoch=1)
+    assert_fails(check, lambda: lecture, "the target is 80%", "transformer")

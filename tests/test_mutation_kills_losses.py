@@ -109,7 +109,9 @@ def test_clip_fraction_default_epsilon_is_0_2():
 
 def test_clip_fraction_rejects_bad_inputs_by_name():
     log_probs, old, deltas = ratio_batch()
-    with pytest.raises(ValueError, match=r"^deltas must have shape \[batch, trial\] \(2 dims\)"):
+    with pytest.raises(
+        ValueError, match=r"^deltas must be \[batch, trial\] or \[batch, trial, pos\]"
+    ):
         clip_fraction(log_probs, old, deltas[0])
     with pytest.raises(ValueError, match="^log_probs and mask must have the same shape"):
         clip_fraction(log_probs, old, deltas, mask=torch.ones(1, 3, 2))
@@ -144,7 +146,9 @@ def test_error_messages_name_the_argument():
     log_probs, old, deltas = ratio_batch()
     with pytest.raises(ValueError, match=r"^log_probs must have shape \[batch, trial, pos\] \("):
         compute_loss(log_probs[0], deltas, "naive")
-    with pytest.raises(ValueError, match=r"^deltas must have shape \[batch, trial\] \(2 dims\)"):
+    with pytest.raises(
+        ValueError, match=r"^deltas must be \[batch, trial\] or \[batch, trial, pos\]"
+    ):
         compute_loss(log_probs, deltas[0], "naive")
     bad = log_probs.detach().clone()
     bad[0, 0, 0] = float("nan")
@@ -181,7 +185,11 @@ def test_token_level_objective_picks_old_log_probs_by_config():
     rollout = SimpleNamespace(old_log_probs=old, deltas=deltas)
 
     def config(**kw):
-        base = dict(loss_mode="clipped", detach_old_log_probs=True, epsilon=0.3, epsilon_high=0.4)
+        base = dict(
+            loss_mode="clipped", detach_old_log_probs=True, epsilon=0.3, epsilon_high=0.4,
+            importance_sampling_level="token", dual_clip_c=3.0, sapo_temperature_pos=1.0,
+            sapo_temperature_neg=1.05,
+        )  # fmt: skip
         return SimpleNamespace(**{**base, **kw})
 
     got = token_level_objective(log_probs, rollout, config())
