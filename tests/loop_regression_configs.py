@@ -111,6 +111,7 @@ def record(name: str) -> dict:
 
     from pgrl_helpers.training import TrainConfig, run_policy_gradient
 
+    threads_before = torch.get_num_threads()
     history = run_policy_gradient(TrainConfig(**CONFIGS[name]))
     params = [p.detach().double() for p in history.model.parameters()]
     return {
@@ -123,7 +124,7 @@ def record(name: str) -> dict:
         "train_prompts": history.train_prompts.tolist(),
         "param_sum": float(sum(p.sum() for p in params)),
         "param_sq_sum": float(sum((p * p).sum() for p in params)),
-        "num_threads_after": torch.get_num_threads(),
+        "threads_restored": torch.get_num_threads() == threads_before,
     }
 
 
