@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
-import os
 import re
 import subprocess
 import sys
@@ -29,6 +28,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from chromium_helpers import CHROMIUM, CHROMIUM_FLAGS, load_sync_playwright
+from chromium_helpers import skip_or_fail as shared_skip_or_fail
 
 pytestmark = pytest.mark.browser
 
@@ -38,16 +39,6 @@ tasks = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tasks)
 
 NOTEBOOKS = sorted(ROOT.glob("notebooks/[0-9][0-9]_*.ipynb"))
-CHROMIUM = Path(os.environ.get("PGRL_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 HOW_TO_ENABLE = (
     "install Debian's Chromium, the pinned playwright package and the book tools: "
     "`apt-get install -y chromium` and `.venv/bin/pip install -r requirements.txt "
@@ -107,9 +98,7 @@ MATHJAX_DONE_JS = """async () => {
 
 def skip_or_fail(reason: str) -> None:
     """Skip with a reason that says how to enable the test; under CI (PGRL_CI=1) fail."""
-    if os.environ.get("PGRL_CI") == "1":
-        pytest.fail(f"{reason}; PGRL_CI=1 requires the book test to run: {HOW_TO_ENABLE}")
-    pytest.skip(f"{reason}: {HOW_TO_ENABLE}")
+    shared_skip_or_fail(reason, "book test", HOW_TO_ENABLE)
 
 
 def load_notebook(path: Path) -> dict:
@@ -132,13 +121,7 @@ def page_of(notebook: Path) -> str:
 
 @pytest.fixture(scope="module")
 def sync_playwright():
-    if not CHROMIUM.exists():
-        skip_or_fail(f"Chromium not found at {CHROMIUM}")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        skip_or_fail("the playwright Python package is not installed")
-    return sync_playwright
+    return load_sync_playwright("book test", HOW_TO_ENABLE)
 
 
 @pytest.fixture(scope="module")

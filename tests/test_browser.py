@@ -26,21 +26,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from chromium_helpers import CHROMIUM, CHROMIUM_FLAGS, load_sync_playwright
+from chromium_helpers import skip_or_fail as shared_skip_or_fail
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = "07_grpo_training.ipynb"
-CHROMIUM = Path(os.environ.get("PGRL_CHROMIUM", "/usr/bin/chromium"))
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 HOW_TO_ENABLE = (
     "install Debian's Chromium and the pinned playwright package: "
     "`apt-get install -y chromium` and `.venv/bin/pip install -r requirements-test.txt` "
@@ -52,9 +44,7 @@ RUN_ALL_TIMEOUT_S = 300
 
 def skip_or_fail(reason: str) -> None:
     """Skip with a reason that says how to enable the test; under CI (PGRL_CI=1) fail."""
-    if os.environ.get("PGRL_CI") == "1":
-        pytest.fail(f"{reason}; PGRL_CI=1 requires the browser test to run: {HOW_TO_ENABLE}")
-    pytest.skip(f"{reason}: {HOW_TO_ENABLE}")
+    shared_skip_or_fail(reason, "browser test", HOW_TO_ENABLE)
 
 
 def free_port() -> int:
@@ -73,13 +63,7 @@ def api_status(url: str) -> int:
 
 @pytest.fixture(scope="module")
 def sync_playwright():
-    if not CHROMIUM.exists():
-        skip_or_fail(f"Chromium not found at {CHROMIUM}")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        skip_or_fail("the playwright Python package is not installed")
-    return sync_playwright
+    return load_sync_playwright("browser test", HOW_TO_ENABLE)
 
 
 @pytest.fixture(scope="module")
