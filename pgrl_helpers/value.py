@@ -202,7 +202,8 @@ class GAEEstimator:
     Per-token rewards: the outcome reward on the last real token; with
     ``config.kl_in_reward`` also -beta * k1_t = -beta * (log pi_old - log pi_ref) on every
     real token (the PPO-RLHF recipe, Ouyang et al. 2022) instead of a KL term in the loss.
-    ``value_losses`` logs the critic's mean loss per epoch.
+    ``value_losses`` logs the critic's mean loss per epoch; ``advantage_variances`` the
+    variance of the raw GAE advantages (before whitening) over the epoch's real tokens.
     """
 
     def __init__(self, policy, config):
@@ -211,6 +212,7 @@ class GAEEstimator:
         self.optimizer = torch.optim.Adam(self.critic.parameters(), lr=lr)
         self.config = config
         self.value_losses: list[float] = []
+        self.advantage_variances: list[float] = []
         self._targets = None
 
     def token_rewards(self, rollout, config) -> torch.Tensor:
@@ -229,6 +231,8 @@ class GAEEstimator:
             rewards, old_values, rollout.mask, config.gamma, config.gae_lambda
         )
         self._targets = (rollout, old_values * rollout.mask, returns)
+        real = advantages[rollout.mask > 0]
+        self.advantage_variances.append(float(real.var(correction=0)) if real.numel() else 0.0)
         if config.whiten_advantages:
             return whiten(advantages, rollout.mask)
         return advantages

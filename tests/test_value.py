@@ -10,7 +10,7 @@ import torch
 from pgrl_helpers.advantages import build_estimator
 from pgrl_helpers.autoregressive import AutoregressiveSortPolicy
 from pgrl_helpers.config import TrainConfig
-from pgrl_helpers.gae import outcome_token_rewards
+from pgrl_helpers.gae import compute_gae, outcome_token_rewards
 from pgrl_helpers.kl import kl_k1
 from pgrl_helpers.losses import compute_per_token_loss
 from pgrl_helpers.memory import FP32_ADAM, memory_breakdown
@@ -219,3 +219,19 @@ def test_kl_in_reward_runs_and_keeps_the_kl_out_of_the_loss():
     other = in_loss.steps()
     assert steps[0]["loss"] == other[0]["loss"] and steps[1]["kl"] > 0
     assert abs(other[1]["loss"] - steps[1]["loss"] - 0.5 * steps[1]["kl"]) < 1e-6
+
+
+def test_advantage_variances_log_the_raw_gae_advantages_before_whitening():
+    config = replace(PPO, gae_lambda=0.5)
+    policy = config.build_policy()
+    estimator = build_estimator("gae", policy, config)
+    responses, mask = policy.sample(PROMPTS, 3, torch.Generator().manual_seed(0))
+    rollout = Rollout(PROMPTS, responses, mask, torch.randn(2, 3, generator=torch.Generator()))
+    rollout.old_log_probs = rollout.ref_log_probs = torch.zeros(2, 3, 5)
+    deltas = estimator(rollout, config)
+    with torch.no_grad():
+        values = estimator.critic.values(PROMPTS, responses)
+    raw, _ = compute_gae(outcome_token_rewards(rollout.rewards, mask), values, mask, 1.0, 0.5)
+    real = raw[mask > 0]
+    assert estimator.advantage_variances == [pytest.approx(float(real.var(correction=0)))]
+    assert deltas[mask > 0].std() == pytest.approx(1.0, abs=1e-3)  # whitened (unit std)

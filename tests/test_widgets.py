@@ -12,7 +12,10 @@ from pgrl_helpers.widgets import (
     TrainingDashboard,
     format_diagnosis,
     format_runs_table,
+    gae_curves,
     make_dashboard,
+    make_gae_widget,
+    plot_gae_runs,
     plot_histories,
     summarize_history,
 )
@@ -203,3 +206,54 @@ def test_format_diagnosis_explains_a_history_it_cannot_read():
     assert "cannot diagnose" in text and "no &#x27;step&#x27; records" in text
     with pytest.raises(TypeError, match="expected a History"):
         format_diagnosis([{"kind": "step"}])
+
+
+# ---- the gamma / lambda widget of notebook 10 ------------------------------------------
+
+#: A PPO run of a few epochs on the smallest autoregressive task (well under a second each).
+TINY_PPO = TrainConfig(
+    model="autoregressive", task="sort_dedup", prompt_source="random", prompt_length=3,
+    vocab_size=4, embedding_dim=8, num_layers=1, num_heads=2, reward_fn="dedup_position_reward",
+    loss_mode="clipped", num_responses=4, prompts_per_epoch=4, num_epochs=3,
+    num_steps_per_epoch=1, eval_every=3, num_eval_prompts=8, advantage_estimator="gae",
+)  # fmt: skip
+
+
+def test_gae_widget_initial_render_is_the_base_run():
+    widget = make_gae_widget(TINY_PPO)
+    assert isinstance(widget, ipywidgets.VBox) and len(widget.runs) == 1
+    assert (widget.gamma.value, widget.lam.value) == (TINY_PPO.gamma, TINY_PPO.gae_lambda)
+    direct = run_policy_gradient(TINY_PPO)
+    assert widget.runs[0].steps() == direct.steps()  # the fixed run: same seed, same history
+    assert gae_curves(widget.runs[0]) == gae_curves(direct)
+    assert len(widget.plot.outputs) == 1 and "image/png" in widget.plot.outputs[0]["data"]
+    assert "γ=1, λ=0.95" in widget.table.value
+
+
+def test_gae_widget_click_trains_with_the_sliders_gamma_and_lambda():
+    widget = make_gae_widget(TINY_PPO, initial_run=False)
+    assert widget.runs == [] and widget.plot.outputs == ()
+    widget.gamma.value, widget.lam.value = 0.9, 0.0
+    widget.run_button.click()
+    widget.lam.value = 1.0
+    widget.run_button.click()
+    (h0, h1) = widget.runs
+    assert (h0.config.gamma, h0.config.gae_lambda) == (0.9, 0.0)
+    assert (h1.config.gamma, h1.config.gae_lambda) == (0.9, 1.0)
+    c0, c1 = gae_curves(h0), gae_curves(h1)
+    assert len(c0["value_loss"]) == len(c0["advantage_variance"]) == len(c0["epoch"]) == 3
+    # epoch 1 has the same rollout and critic in both runs: only lambda differs
+    assert c0["mean_reward"][0] == c1["mean_reward"][0]
+    assert c0["advantage_variance"][0] != pytest.approx(c1["advantage_variance"][0])
+    assert "2 run(s)" in widget.plot.outputs[0]["data"]["text/plain"]
+    assert "γ=0.9, λ=0" in widget.table.value and "γ=0.9, λ=1" in widget.table.value
+    assert "Run 2 done" in widget.message.value
+
+
+def test_gae_widget_and_curves_refuse_a_run_without_a_critic():
+    with pytest.raises(ValueError, match="advantage_estimator='gae'"):
+        make_gae_widget(dataclasses.replace(TINY_PPO, advantage_estimator="group"))
+    with pytest.raises(ValueError, match="advantage_estimator='gae'"):
+        gae_curves(run_policy_gradient(TINY))
+    with pytest.raises(ValueError, match="needs 3 axes"):
+        plot_gae_runs([], axes=[None])
