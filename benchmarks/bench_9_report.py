@@ -287,9 +287,9 @@ def ppo_section(r: dict) -> str:
         f"rates {lrs} x tuning seeds {r['tuning_seeds']} (6 runs per method, chosen on "
         f"validation only): {chosen}. PPO: separate critic at the policy's rate, gamma 1, "
         f"lambda 0.95, value clip 0.2, whitened advantages (not tuned). Then seeds "
-        f"{r['seeds']}. CPU for all {n_runs} runs: {r['cpu_seconds_total'] / 60:.1f} CPU-minutes; {r['parallel_workers']} runs "
-        f"at a time on a shared 2-core CPU (load average {r['load_average_at_start']} at the "
-        f"start, {r['machine']['load_average_1_5_15_min']} at the end): wall times are "
+        f"{r['seeds']}. CPU for all {n_runs} runs: {r['cpu_seconds_total'] / 60:.1f} "
+        f"CPU-minutes; {r['parallel_workers']} runs at a time on a shared 2-core CPU (load "
+        f"average {r['load_average_at_start']} at the start, {r['machine']['load_average_1_5_15_min']} at the end): wall times are "
         "inflated; compare only within this table."
     )
 
@@ -302,8 +302,15 @@ def ppo_section(r: dict) -> str:
         + (" (exceeds seed noise at 5%)" if c["p_value"] < 0.05 else " (within seed noise)")
         for c in r["comparisons"]
     ]
-    lines = [title, "", note, "", r["table"], "", "Differences against seed noise (a missed "
-             "target counts the whole budget):", ""] + [f"- {x}" for x in noise]  # fmt: skip
+    exceed = sum(c["p_value"] < 0.05 for c in r["comparisons"])
+    most = max(sum(x["reached"] for x in runs) for runs in r["runs"].values())
+    verdict = f"{exceed} of {len(noise)} differences exceed seed noise at 5%."
+    if exceed == 0:
+        verdict += (f" With at most {most} of {len(r['seeds'])} seeds reaching the target per "
+                    "method, this budget does not rank the three methods.")  # fmt: skip
+    lines = [title, "", note, "", r["table"], "", "Differences against seed noise (exact "
+             "permutation test over the 5 + 5 seeds; a missed target counts the whole budget):",
+             ""] + [f"- {x}" for x in noise] + ["", verdict]  # fmt: skip
     return "\n".join(lines)
 
 
