@@ -289,7 +289,8 @@ def ppo_section(r: dict) -> str:
         f"lambda 0.95, value clip 0.2, whitened advantages (not tuned). Then seeds "
         f"{r['seeds']}. CPU for all {n_runs} runs: {r['cpu_seconds_total'] / 60:.1f} "
         f"CPU-minutes; {r['parallel_workers']} runs at a time on a shared 2-core CPU (load "
-        f"average {r['load_average_at_start']} at the start, {r['machine']['load_average_1_5_15_min']} at the end): wall times are "
+        f"average {r['load_average_at_start']} at the start, "
+        f"{r['machine']['load_average_1_5_15_min']} at the end): wall times are "
         "inflated; compare only within this table."
     )
 
