@@ -10,9 +10,8 @@
   the callback moves the progress bar, redraws the plot and returns "stop" when the
   Stop button was pressed. After each run it shows ``diagnose()``'s findings for it;
 * ``format_diagnosis(history)``: those findings as HTML (the dashboard's findings panel);
-* ``make_gae_widget(config)`` (notebook 10): γ and λ sliders on a short PPO run
-  (``advantage_estimator="gae"``), plotting mean reward, the critic's value loss and the
-  variance of the raw GAE advantages per epoch (``gae_curves``, ``plot_gae_runs``).
+
+(Notebook 10's γ/λ widget is in ``gae_widget.py``.)
 
 A notebook can call the plain functions without any widget, which is how the same
 comparison is checked deterministically; tests drive the dashboard's widgets (they are
@@ -482,115 +481,3 @@ def make_dashboard(
 # --------------------------------------------------------------------------------------
 # PPO's gamma and lambda on a short run (notebook 10)
 # --------------------------------------------------------------------------------------
-
-#: The panels of ``plot_gae_runs``: (curve from ``gae_curves``, y label).
-GAE_PANELS: tuple[tuple[str, str], ...] = (
-    ("mean_reward", "mean reward of sampled responses"),
-    ("value_loss", "critic value loss (mean over tokens)"),
-    ("advantage_variance", "Var of raw GAE advantages"),
-)
-
-
-def gae_curves(history: History) -> dict[str, list[float]]:
-    """Per epoch of a PPO run (``advantage_estimator="gae"``): {'epoch', 'mean_reward',
-    'value_loss', 'advantage_variance'} (the last two from the run's ``GAEEstimator``;
-    the variance is over the epoch's real tokens, before whitening)."""
-    _check_history(history)
-    estimator = getattr(history, "advantage_estimator", None)
-    if not hasattr(estimator, "advantage_variances"):
-        raise ValueError("gae_curves needs a run with advantage_estimator='gae'")
-    rewards = [r["mean_reward"] for r in history.steps() if r["inner_step"] == 0]
-    return {
-        "epoch": list(range(1, len(rewards) + 1)),
-        "mean_reward": rewards,
-        "value_loss": list(estimator.value_losses),
-        "advantage_variance": list(estimator.advantage_variances),
-    }
-
-
-def gae_label(config: TrainConfig) -> str:
-    return f"γ={config.gamma:g}, λ={config.gae_lambda:g}"
-
-
-def plot_gae_runs(histories: Sequence[History], axes=None):
-    """The three ``GAE_PANELS`` against the epoch, one line per run (the last one bold)."""
-    if axes is None:
-        axes = Figure(figsize=(12, 3.2), dpi=80).subplots(1, len(GAE_PANELS))
-    if len(axes) != len(GAE_PANELS):
-        raise ValueError(f"plot_gae_runs needs {len(GAE_PANELS)} axes, got {len(axes)}")
-    for k, history in enumerate(histories):
-        curves, last = gae_curves(history), k == len(histories) - 1
-        for ax, (key, _) in zip(axes, GAE_PANELS):
-            ax.plot(curves["epoch"], curves[key], linewidth=2.2 if last else 1.0,
-                    alpha=1.0 if last else 0.55, label=gae_label(history.config))  # fmt: skip
-    for ax, (_, ylabel) in zip(axes, GAE_PANELS):
-        ax.set_xlabel("epoch")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-    if histories:
-        axes[0].legend(fontsize=7, loc="best")
-    axes[0].figure.tight_layout()
-    return axes[0].figure
-
-
-class GAEWidget(widgets.VBox):
-    """Sliders ``gamma`` and ``lam`` and a ``run_button`` for a short PPO run.
-
-    A click trains ``base_config`` (``advantage_estimator="gae"``) with the sliders' γ and
-    λ in the calling thread (a few seconds), then redraws ``plot`` (an Output holding one
-    PNG, set directly: nothing is printed into it) with every run so far, and writes
-    ``table`` (HTML). ``runs`` holds the histories, oldest first.
-    """
-
-    def __init__(self, base_config: TrainConfig):
-        if not isinstance(base_config, TrainConfig) or base_config.advantage_estimator != "gae":
-            raise ValueError("base_config must be a TrainConfig with advantage_estimator='gae'")
-        self.base_config = base_config
-        self.runs: list[History] = []
-        style = {"description_width": "60px"}
-        self.gamma = widgets.FloatSlider(value=base_config.gamma, min=0.5, max=1.0, step=0.05,
-                                         description="γ", style=style)  # fmt: skip
-        self.lam = widgets.FloatSlider(value=base_config.gae_lambda, min=0.0, max=1.0, step=0.05,
-                                       description="λ", style=style)  # fmt: skip
-        self.run_button = widgets.Button(description="Run PPO", button_style="success")
-        self.message = widgets.HTML(value="Set γ and λ and press <b>Run PPO</b>.")
-        self.plot = widgets.Output(layout=widgets.Layout(min_height="260px"))
-        self.table = widgets.HTML()
-        self.run_button.on_click(lambda _: self.run())
-        controls = widgets.HBox([self.gamma, self.lam, self.run_button])
-        super().__init__([controls, self.message, self.plot, self.table])
-
-    def config_from_widgets(self) -> TrainConfig:
-        return dataclasses.replace(
-            self.base_config, gamma=round(float(self.gamma.value), 4),
-            gae_lambda=round(float(self.lam.value), 4), progress=False,
-        )  # fmt: skip
-
-    def run(self) -> History:
-        """Train with the sliders' γ and λ; redraw the plot and the table."""
-        history = run_policy_gradient(self.config_from_widgets())
-        self.runs.append(history)
-        png = figure_png(plot_gae_runs(self.runs))
-        self.plot.outputs = (
-            {"output_type": "display_data", "metadata": {},
-             "data": {"image/png": base64.b64encode(png).decode("ascii"),
-                      "text/plain": f"<GAE plot: {len(self.runs)} run(s)>"}},
-        )  # fmt: skip
-        rows = []
-        for h in self.runs:
-            c = gae_curves(h)
-            rows.append(f"{gae_label(h.config)}: mean reward {c['mean_reward'][-1]:+.3f}, "
-                        f"value loss {c['value_loss'][-1]:.3f}, mean Var(A) "
-                        f"{sum(c['advantage_variance']) / len(c['epoch']):.4f}")  # fmt: skip
-        self.table.value = "<pre>" + html.escape("\n".join(rows)) + "</pre>"
-        self.message.value = f"Run {len(self.runs)} done ({html.escape(rows[-1])})."
-        return history
-
-
-def make_gae_widget(base_config: TrainConfig, initial_run: bool = True) -> GAEWidget:
-    """The γ/λ widget for ``base_config``; ``initial_run`` trains it once at the sliders'
-    start values, so the first render (and ``widget.runs[0]``) is that fixed run."""
-    widget = GAEWidget(base_config)
-    if initial_run:
-        widget.run()
-    return widget

@@ -7,15 +7,13 @@ import dataclasses
 import ipywidgets
 import pytest
 
+from pgrl_helpers.gae_widget import gae_curves, make_gae_widget, plot_gae_runs
 from pgrl_helpers.training import History, TrainConfig, run_policy_gradient
 from pgrl_helpers.widgets import (
     TrainingDashboard,
     format_diagnosis,
     format_runs_table,
-    gae_curves,
     make_dashboard,
-    make_gae_widget,
-    plot_gae_runs,
     plot_histories,
     summarize_history,
 )
