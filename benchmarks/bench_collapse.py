@@ -1,0 +1,252 @@
+"""Entropy collapse on notebook 08's autoregressive sort-dedup run: how many seeds collapse?
+
+Notebook 08 trains its autoregressive policy with G = 16 and an entropy bonus 0.05 and says
+that without them some seeds collapse. This measures it: the notebook's setting (``CONFIG``)
+against the same run with a smaller group and/or no entropy bonus (``SETTINGS``), seeds
+``SEEDS``, each for at most ``EPOCHS`` epochs, stopping early when greedy exact on the
+validation sets of values reaches the notebook's target 0.9 (as notebook 08 does).
+
+Per run it records the curves, one value per epoch: mean reward of the samples, entropy (nats
+per real response token, at the epoch's first optimizer step, i.e. of the policy that sampled
+the batch), ``frac_reward_zero_std`` (groups whose G rewards all tie: no gradient); and at each
+evaluation, greedy exact on the validation and test prompts. After the run it also measures,
+for each value v, how often the final policy's samples on held-out prompts containing v
+include v (``value_recall``): a value the policy has stopped producing shows up as ~0.
+
+**Collapsed** (defined before looking at the data, as in ``bench_objectives.py``): the run
+ends (budget spent, target not reached) with entropy below ``COLLAPSE_ENTROPY`` nats (mean of
+the last 5 epochs) while validation exact is below the target ``TARGET``: the policy is nearly
+deterministic and still wrong, so most of its groups tie and the gradient is gone.
+
+Writes results/collapse.json. Run: ``python benchmarks/bench_collapse.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import statistics
+import sys
+import time
+from dataclasses import replace
+
+import torch
+from _common import RESULTS_DIR, markdown_table, save, setup
+
+from pgrl_helpers.autoregressive import sample_with_mask
+from pgrl_helpers.history import per_epoch
+from pgrl_helpers.training import TrainConfig, history_columns, run_policy_gradient
+
+SEEDS = (0, 1, 2, 3, 4)
+EPOCHS = 150  # notebook 08's MAIN_EPOCHS
+TARGET = 0.9  # notebook 08's stopping bar on validation exact
+COLLAPSE_ENTROPY = 0.1  # nats per real token
+TAIL = 5  # epochs averaged for the end-of-run entropy
+RECALL_SAMPLES = 16  # samples per held-out prompt for value_recall
+
+#: Notebook 08, section 6 (G = 16, entropy bonus 0.05), with its 42 + 42 held-out prompts.
+CONFIG = TrainConfig(
+    model="autoregressive",
+    task="sort_dedup",
+    prompt_source="random",
+    prompt_length=4,
+    vocab_size=6,
+    max_response_length=6,
+    embedding_dim=32,
+    num_layers=2,
+    num_heads=4,
+    reward_fn="dedup_position_reward",
+    deltas_mode="normalized_rewards",
+    loss_mode="clipped",
+    loss_aggregation="token_mean",
+    num_responses=16,
+    entropy_coef=0.05,
+    prompts_per_epoch=32,
+    num_epochs=EPOCHS,
+    num_steps_per_epoch=4,
+    learning_rate=3e-3,
+    eval_every=10,
+    num_eval_prompts=42,
+    target_heldout_exact_sort=TARGET,
+)
+
+#: name -> (G, entropy_coef); the first is notebook 08's setting.
+SETTINGS = {
+    "G=16, entropy 0.05 (notebook 08)": (16, 0.05),
+    "G=16, no entropy bonus": (16, 0.0),
+    "G=8, no entropy bonus": (8, 0.0),
+}
+
+
+def value_recall(history, num_samples: int = RECALL_SAMPLES) -> list[float | None]:
+    """Per value v: fraction of sampled responses that contain v, over held-out prompts with v.
+
+    Samples the final policy ``num_samples`` times on the validation + test prompts. A value
+    that the policy has stopped producing scores ~0 (a correct answer always contains every
+    value of its prompt). None for a value no held-out prompt contains.
+    """
+    config = history.config
+    eos = config.vocab_size
+    prompts = torch.cat([history.heldout_prompts, history.test_prompts])  # [n, pos]
+    generator = torch.Generator().manual_seed(config.seed + 7)
+    with torch.no_grad():
+        responses, mask = sample_with_mask(history.model, prompts, num_samples, generator)
+    real = responses.masked_fill(mask == 0, eos)  # [n, trial, pos]; padding can't count
+    recall = []
+    for v in range(config.vocab_size):
+        has_v = (prompts == v).any(-1)  # [n]
+        if not has_v.any():
+            recall.append(None)
+            continue
+        produced = (real[has_v] == v).any(-1).float()  # [n_v, trial]
+        recall.append(round(produced.mean().item(), 4))
+    return recall
+
+
+def run(config: TrainConfig) -> dict:
+    start = time.process_time()
+    history = run_policy_gradient(config)
+    cpu_seconds = time.process_time() - start
+    evals = history_columns(history, "eval")
+    entropy = per_epoch(history, "entropy")
+    final_entropy = statistics.fmean(entropy[-TAIL:])
+    validation = evals["heldout_exact_sort"][-1]
+    reached = history.stop_reason == "target"
+    return {
+        "seed": config.seed,
+        "num_responses": config.num_responses,
+        "entropy_coef": config.entropy_coef,
+        "reached_target": reached,
+        "epochs": evals["epoch"][-1],
+        "cpu_seconds": round(cpu_seconds, 2),
+        "final_validation_exact": validation,
+        "final_test_exact": evals["test_exact_sort"][-1],
+        "final_entropy": final_entropy,
+        "collapsed": (not reached) and final_entropy < COLLAPSE_ENTROPY and validation < TARGET,
+        "value_recall": value_recall(history),
+        "curves": {
+            "epoch": list(range(len(entropy))),
+            "mean_reward": per_epoch(history, "mean_reward"),
+            "entropy": entropy,
+            "frac_reward_zero_std": per_epoch(history, "frac_reward_zero_std"),
+            "eval_epoch": evals["epoch"],
+            "validation_exact": evals["heldout_exact_sort"],
+            "test_exact": evals["test_exact_sort"],
+        },
+    }
+
+
+def run_setting(name: str, seed: int, epochs: int) -> dict:
+    """One run of setting ``name`` (G, entropy_coef from ``SETTINGS``) for ``seed``."""
+    torch.set_num_threads(1)
+    group, entropy_coef = SETTINGS[name]
+    config = replace(
+        CONFIG, num_responses=group, entropy_coef=entropy_coef, num_epochs=epochs, seed=seed
+    )
+    result = {"setting": name} | run(config)
+    print(
+        f"{name} seed {seed}: {result['epochs']} epochs, validation "
+        f"{result['final_validation_exact']:.3f}, test {result['final_test_exact']:.3f}, "
+        f"entropy {result['final_entropy']:.3f}, collapsed {result['collapsed']}, "
+        f"recall {result['value_recall']}, {result['cpu_seconds']:.0f} CPU s",
+        flush=True,
+    )
+    return result
+
+
+def summary_table(runs: list[dict]) -> str:
+    headers = [
+        "setting",
+        "collapsed seeds",
+        "reached 90% validation",
+        "test exact median [worst seed]",
+        "end entropy median (nats)",
+        "CPU s per run (median)",
+    ]
+    rows = []
+    for name in SETTINGS:
+        rs = [r for r in runs if r["setting"] == name]
+        tests = [r["final_test_exact"] for r in rs]
+        rows.append(
+            [
+                name,
+                f"{sum(r['collapsed'] for r in rs)}/{len(rs)}",
+                f"{sum(r['reached_target'] for r in rs)}/{len(rs)}",
+                f"{statistics.median(tests):.3f} [{min(tests):.3f}]",
+                f"{statistics.median(r['final_entropy'] for r in rs):.3f}",
+                f"{statistics.median(r['cpu_seconds'] for r in rs):.0f}",
+            ]
+        )
+    return markdown_table(headers, rows)
+
+
+def results_section(payload: dict) -> str:
+    """The benchmarks/RESULTS.md section for a saved results payload (``--section``)."""
+    rule = payload["collapse_definition"]
+    seeds = ", ".join(map(str, payload["seeds"]))
+    loads = payload["machine"]["load_average_1_5_15_min"]
+    lines = [
+        "## Entropy collapse on the autoregressive task (`bench_collapse.py`, notebook 08)",
+        "",
+        f"Notebook 08's section-6 run (sort-dedup, length 4, values 0-5, `normalized_rewards`, "
+        f"clipped loss, `token_mean`, lr 0.003, 32 prompts x 4 steps per epoch) at its G and "
+        f"entropy bonus and without them; seeds {seeds}; at most {payload['max_epochs']} epochs, "
+        f"stopping at {payload['target']:.0%} greedy exact on 42 validation prompts (14 sets of "
+        f"values), test exact on 42 others. *Collapsed*: no stop within the budget, entropy "
+        f"below {rule['entropy_below_nats']} nats per token (mean of the last "
+        f"{rule['entropy_mean_of_last_epochs']} epochs) and validation exact below "
+        f"{payload['target']:.0%}. {payload['total_cpu_seconds'] / 60:.1f} CPU-minutes in all "
+        f"(budget 15), 2 worker processes on 2 shared cores, 1-minute load average "
+        f"{loads[0]} at the end (CPU seconds are comparable, wall times would not be).",
+        "",
+        payload["table"],
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 seed, 6 epochs: a smoke test")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument(
+        "--section", action="store_true", help="print the RESULTS.md section of collapse.json"
+    )
+    args = parser.parse_args(argv)
+    if args.section:
+        print(results_section(json.loads((RESULTS_DIR / "collapse.json").read_text())))
+        return
+    setup()
+    seeds, epochs = ((0,), 6) if args.quick else (SEEDS, EPOCHS)
+    jobs = [(name, seed, epochs) for name in SETTINGS for seed in seeds]
+    # two worker processes (2 cores), torch on one thread each; every run is deterministic
+    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+        runs = pool.starmap(run_setting, jobs)
+    table = summary_table(runs)
+    print(table)
+    if args.quick:
+        return  # a smoke test writes nothing
+    save(
+        "collapse",
+        {
+            "config": {k: (v if not callable(v) else v.__name__) for k, v in vars(CONFIG).items()},
+            "settings": {name: {"G": g, "entropy_coef": c} for name, (g, c) in SETTINGS.items()},
+            "seeds": list(seeds),
+            "max_epochs": epochs,
+            "target": TARGET,
+            "collapse_definition": {
+                "entropy_below_nats": COLLAPSE_ENTROPY,
+                "entropy_mean_of_last_epochs": TAIL,
+                "validation_exact_below": TARGET,
+                "and": "the run did not reach the target within its epoch budget",
+            },
+            "total_cpu_seconds": round(sum(r["cpu_seconds"] for r in runs), 1),
+            "runs": runs,
+            "table": table,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
