@@ -141,3 +141,10 @@ def test_a_resampler_that_ignored_heldout_keys_would_be_caught(monkeypatch):
     monkeypatch.setattr(Resampler, "__call__", leaky)
     history = run_policy_gradient(replace(BASE, num_epochs=6, dynamic_sampling_max_draws=20))
     assert history.train_prompts_with_heldout_key > 0
+
+
+def test_the_trl_bridge_refuses_resampling_naming_it():
+    from pgrl_helpers import trl_config
+
+    with pytest.raises(ValueError, match="dynamic_sampling_max_draws > 0"):
+        trl_config.grpo_config_kwargs(BASE)

@@ -129,3 +129,11 @@ def test_the_loop_runs_kl_cov():
     )  # fmt: skip
     steps = run_policy_gradient(config).steps()
     assert len(steps) == 4 and all(math.isfinite(s["loss"]) for s in steps)
+
+
+def test_the_trl_bridge_refuses_kl_cov_naming_it():
+    from pgrl_helpers import trl_config
+
+    config = TrainConfig(loss_mode="kl_cov", num_responses=4, prompt_source="random")
+    with pytest.raises(ValueError, match="loss_mode 'kl_cov' .KL-Cov"):
+        trl_config.grpo_config_kwargs(config)
