@@ -16,6 +16,9 @@ import math
 import torch
 
 from ._validate import check_finite, check_mode, check_ndim, check_same_shape
+from .covariance import check_kl_cov, kl_cov_tokens, token_covariance
+
+__all__ = ["kl_cov_tokens", "token_covariance"]  # re-exported: KL-Cov's pieces (covariance.py)
 
 LOSS_MODES: tuple[str, ...] = (
     "naive", "unclipped", "clipped", "dual_clip", "cispo", "sapo", "kl_cov",
@@ -204,7 +207,7 @@ def compute_per_token_loss(
         _check_number(sapo_temperature_pos, "sapo_temperature_pos")
         _check_number(sapo_temperature_neg, "sapo_temperature_neg")
     if mode == "kl_cov":
-        _check_kl_cov(kl_cov_ratio, kl_cov_coef, importance_sampling_level)
+        check_kl_cov(kl_cov_ratio, kl_cov_coef, importance_sampling_level)
     if return_clip_mask and (
         mode not in ("naive", "unclipped", "clipped") or importance_sampling_level != "token"
     ):
@@ -251,66 +254,6 @@ def compute_per_token_loss(
     if mode != "clipped":
         return loss, torch.zeros(log_probs.shape, dtype=torch.int8)
     return loss, clip_mask(log_probs, old_log_probs, deltas, epsilon, epsilon_high)
-
-
-def _check_kl_cov(ratio, coef, level) -> None:
-    if (
-        isinstance(ratio, bool)
-        or not isinstance(ratio, (int, float))
-        or not math.isfinite(ratio)
-        or not 0 < ratio <= 1
-    ):
-        raise ValueError(f"kl_cov_ratio must be a number in (0, 1], got {ratio!r}")
-    if isinstance(coef, bool) or not isinstance(coef, (int, float)) or not 0 <= coef < math.inf:
-        raise ValueError(f"kl_cov_coef must be a finite number >= 0, got {coef!r}")
-    if level != "token":
-        raise ValueError(
-            "loss mode 'kl_cov' penalises single tokens: it needs importance_sampling_level "
-            f"'token', got {level!r}"
-        )
-
-
-def token_covariance(
-    log_probs: torch.Tensor, deltas: torch.Tensor, mask: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Cui et al.'s per-token covariance term, float[batch, trial, pos] (no gradient).
-
-    Cov(y_t) = (log pi(y_t) - mean log pi) * (A_t - mean A), both means over the batch's
-    real tokens (``mask`` bool/float[batch, trial, pos], None: all); padding gets -inf so
-    it is never ranked first. A high value marks a confident token with a high advantage
-    (or an unlikely one with a low advantage): the tokens whose update lowers the entropy
-    most (arXiv 2505.22617, the covariance that drives the entropy change).
-    """
-    check_ndim(log_probs, 3, "log_probs", "batch, trial, pos")
-    _check_deltas(deltas, log_probs.shape)
-    real = torch.ones(log_probs.shape, dtype=torch.bool) if mask is None else mask != 0
-    check_same_shape(log_probs, real, "log_probs", "mask")
-    if not real.any():
-        raise ValueError("mask selects no tokens: the covariance needs at least one")
-    with torch.no_grad():
-        logp = log_probs.detach()
-        adv = _per_token(deltas).detach().expand(logp.shape)
-        cov = (logp - logp[real].mean()) * (adv - adv[real].mean())
-        return torch.where(real, cov, torch.full_like(cov, -math.inf))
-
-
-def kl_cov_tokens(
-    log_probs: torch.Tensor,
-    deltas: torch.Tensor,
-    kl_cov_ratio: float,
-    mask: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """bool[batch, trial, pos]: KL-Cov's set I_KL, the max(1, floor(k N)) real tokens with the
-    largest ``token_covariance`` (N real tokens, k = ``kl_cov_ratio``); ties go to the
-    earlier token in row-major order (a stable sort), so the choice is deterministic."""
-    _check_kl_cov(kl_cov_ratio, 0.0, "token")
-    cov = token_covariance(log_probs, deltas, mask).flatten()
-    real = int(torch.isfinite(cov).sum())
-    count = max(1, int(kl_cov_ratio * real))
-    order = torch.sort(cov, descending=True, stable=True).indices[:count]
-    chosen = torch.zeros(cov.shape, dtype=torch.bool)
-    chosen[order] = True
-    return chosen.reshape(log_probs.shape)
 
 
 def compute_loss(
