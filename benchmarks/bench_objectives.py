@@ -151,14 +151,14 @@ def summarise(name: str, runs: list[dict]) -> dict:
     }
 
 
-def main(names: list[str], part: str | None = None) -> None:
+def main(names: list[str], part: str | None = None, seeds=SEEDS) -> None:
     """Run ``names`` (all by default); ``part`` saves to objectives_<part>.json for ``merge``."""
     setup()
     lrs = chosen_learning_rates()
     results, summary = {}, []
     for name in names:
         runs = []
-        for seed in SEEDS:
+        for seed in seeds:
             config = replace(BASE, seed=seed, learning_rate=lrs[name], **OBJECTIVES[name])
             runs.append(run(config))
             r = runs[-1]
@@ -200,16 +200,22 @@ def write(summary: list[dict], results: dict, part_loads) -> None:
 
 
 def merge(parts: list[str]) -> None:
-    """Combine objectives_<part>.json files (runs split over processes) into objectives.json."""
-    summary, runs, loads = [], {}, []
+    """Combine objectives_<part>.json files (runs split over processes, by objective or by
+    seed) into objectives.json; the summary is recomputed from all runs of each objective."""
+    runs, loads = {}, []
     for part in parts:
         data = json.loads((RESULTS_DIR / f"objectives_{part}.json").read_text())
-        summary += data["summary"]
-        runs.update(data["runs"])
+        for name, part_runs in data["runs"].items():
+            runs.setdefault(name, []).extend(part_runs)
         loads.append(data["machine"]["load_average_1_5_15_min"])
-    order = list(OBJECTIVES)
-    summary.sort(key=lambda s: order.index(s["objective"]))
-    write(summary, {name: runs[name] for name in order if name in runs}, loads)
+    order = [name for name in OBJECTIVES if name in runs]
+    for name in order:
+        runs[name].sort(key=lambda r: r["seed"])
+        assert [r["seed"] for r in runs[name]] == list(SEEDS), (
+            name,
+            [r["seed"] for r in runs[name]],
+        )
+    write([summarise(name, runs[name]) for name in order], {n: runs[n] for n in order}, loads)
 
 
 if __name__ == "__main__":
@@ -222,6 +228,8 @@ if __name__ == "__main__":
         tune(args[2:] or list(OBJECTIVES), args[1])
     elif args[:1] == ["--merge"]:
         merge(args[1:])
+    elif args[:1] == ["--part"] and args[2:3] == ["--seed"]:  # --part NAME --seed S objective
+        main(args[4:], part=args[1], seeds=(int(args[3]),))
     elif args[:1] == ["--part"]:
         main(args[2:], part=args[1])
     else:
