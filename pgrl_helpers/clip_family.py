@@ -38,9 +38,33 @@ DUAL_CLIP_C = 3.0
 SAPO_TAU = {1: 1.0, -1: 1.05}  # TRL's defaults: tau_pos, tau_neg
 
 
-def weight_formula(name: str, ratio: float, sign: int) -> float:
-    """Closed-form w(r) of ``CLIP_FAMILY[name]`` for A = sign (+1 or -1)."""
-    mode, _, eps, eps_high = CLIP_FAMILY[name]
+def clip_settings(name: str, epsilon: float | None = None, epsilon_high: float | None = None):
+    """(epsilon, epsilon_high) of curve ``name``: its ``CLIP_FAMILY`` defaults, or the given
+    ones (PPO-clip is symmetric: it takes ``epsilon`` on both sides; SAPO has no clip)."""
+    if name not in CLIP_FAMILY:
+        raise ValueError(f"unknown curve {name!r}; valid names are: {', '.join(CLIP_FAMILY)}")
+    _, _, eps, eps_high = CLIP_FAMILY[name]
+    eps = eps if epsilon is None else epsilon
+    eps_high = eps_high if epsilon_high is None else epsilon_high
+    if name == "PPO-clip":
+        eps_high = eps
+    for value, what in ((eps, "epsilon"), (eps_high, "epsilon_high")):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"{what} must be a positive number, got {value!r}")
+    return eps, eps_high
+
+
+def weight_formula(
+    name: str,
+    ratio: float,
+    sign: int,
+    epsilon: float | None = None,
+    epsilon_high: float | None = None,
+) -> float:
+    """Closed-form w(r) of ``CLIP_FAMILY[name]`` for A = sign (+1 or -1); ``epsilon`` /
+    ``epsilon_high`` override the curve's clip edges (``clip_settings``)."""
+    mode = CLIP_FAMILY[name][0] if name in CLIP_FAMILY else None
+    eps, eps_high = clip_settings(name, epsilon, epsilon_high)
     if mode == "cispo":
         return min(max(ratio, 1 - eps), 1 + eps_high)
     if mode == "sapo":
@@ -52,9 +76,16 @@ def weight_formula(name: str, ratio: float, sign: int) -> float:
     return ratio if kept else 0.0
 
 
-def autograd_weight(name: str, ratio: float, sign: int) -> float:
+def autograd_weight(
+    name: str,
+    ratio: float,
+    sign: int,
+    epsilon: float | None = None,
+    epsilon_high: float | None = None,
+) -> float:
     """w(r) measured by autograd: -d loss / d log pi / A at one token with that ratio."""
-    mode, level, eps, eps_high = CLIP_FAMILY[name]
+    mode, level = CLIP_FAMILY[name][:2] if name in CLIP_FAMILY else (None, None)
+    eps, eps_high = clip_settings(name, epsilon, epsilon_high)
     log_probs = torch.zeros((1, 1, 1), dtype=torch.float64, requires_grad=True)
     old = torch.full((1, 1, 1), -math.log(ratio), dtype=torch.float64)
     deltas = torch.full((1, 1), float(sign), dtype=torch.float64)

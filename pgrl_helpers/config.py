@@ -109,6 +109,12 @@ class TrainConfig:
     """Overlong shaping (batch_filter 'overlong_shaping' / 'dapo'): DAPO's buffer L_cache."""
     overlong_penalty_factor: float = 1.0
     """Overlong shaping: scale of the soft overlong penalty (DAPO: 1)."""
+    kl_cov_ratio: float = 0.002
+    """loss_mode 'kl_cov': fraction k of real tokens (top covariance) that get the KL term."""
+    kl_cov_coef: float = 1.0
+    """loss_mode 'kl_cov': weight beta of |log pi - log pi_old| on those tokens (paper: 1)."""
+    dynamic_sampling_max_draws: int = 0
+    """Dynamic sampling: extra batches it may draw to refill non-tied groups (0: shrink)."""
 
     # The loop's extension points: each names an entry of a registry (see README).
     advantage_estimator: str = "group"
@@ -246,6 +252,30 @@ class TrainConfig:
                 or value <= low
             ):
                 raise ValueError(f"{name} must be a finite number > {low:g}, got {value!r}")
+        for name, value in (("kl_cov_ratio", self.kl_cov_ratio), ("kl_cov_coef", self.kl_cov_coef)):
+            low_ok = value > 0 if name == "kl_cov_ratio" else value >= 0
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or not low_ok
+                or (name == "kl_cov_ratio" and value > 1)
+            ):
+                bounds = "in (0, 1]" if name == "kl_cov_ratio" else ">= 0 and finite"
+                raise ValueError(f"{name} must be a number {bounds}, got {value!r}")
+        if self.loss_mode == "kl_cov" and self.importance_sampling_level != "token":
+            raise ValueError(
+                "loss_mode 'kl_cov' penalises single tokens: it needs importance_sampling_level "
+                f"'token', got {self.importance_sampling_level!r}"
+            )
+        draws = self.dynamic_sampling_max_draws
+        if not isinstance(draws, int) or isinstance(draws, bool) or draws < 0:
+            raise ValueError(f"dynamic_sampling_max_draws must be an int >= 0, got {draws!r}")
+        if draws > 0 and self.batch_filter not in ("dynamic_sampling", "dapo"):
+            raise ValueError(
+                "dynamic_sampling_max_draws > 0 refills the batch of dynamic sampling: it needs "
+                f"batch_filter 'dynamic_sampling' or 'dapo', got {self.batch_filter!r}"
+            )
         factor = self.overlong_penalty_factor
         if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 0:
             raise ValueError(f"overlong_penalty_factor must be a number >= 0, got {factor!r}")

@@ -39,6 +39,10 @@ METRICS: dict[str, str] = {
     "is_weight_max": "'stale' source: largest importance weight pi_train / pi_sampler",
     "is_cut_fraction": "'stale' source: fraction of weights above correction_cap (TIS "
     "truncates them, MIS drops them)",
+    "dynamic_sampling_draws": "dynamic sampling with dynamic_sampling_max_draws > 0: extra "
+    "batches drawn this epoch to refill the non-tied groups",
+    "dynamic_sampling_fill": "dynamic sampling with dynamic_sampling_max_draws > 0: non-tied "
+    "groups kept / prompts per epoch (1: the batch was refilled)",
     "time_sampling": "profile_time: seconds this epoch spent drawing prompts and sampling "
     "(reference refresh included)",
     "time_reward": "profile_time: seconds scoring, filtering and computing deltas",
@@ -70,6 +74,8 @@ OPTIONAL_STEP_KEYS = (
     "ess_fraction",
     "is_weight_max",
     "is_cut_fraction",
+    "dynamic_sampling_draws",
+    "dynamic_sampling_fill",
     *(f"time_{phase}" for phase in PHASES),
 )
 EVAL_KEYS = (

@@ -1,5 +1,6 @@
 """Policy-gradient losses: naive (REINFORCE), unclipped ratio, clipped ratio (PPO/GRPO),
-and the 2025 family: dual-clip PPO, CISPO, SAPO, and GSPO's sequence-level ratio.
+the 2025 family: dual-clip PPO, CISPO, SAPO, and GSPO's sequence-level ratio, and KL-Cov
+(a penalty on the few tokens whose covariance drives entropy collapse).
 
 Shapes: log_probs and old_log_probs float[batch, trial, pos] (one value per
 sampled token), deltas float[batch, trial] (one per response, broadcast over pos) or
@@ -15,8 +16,13 @@ import math
 import torch
 
 from ._validate import check_finite, check_mode, check_ndim, check_same_shape
+from .covariance import check_kl_cov, kl_cov_tokens, token_covariance
 
-LOSS_MODES: tuple[str, ...] = ("naive", "unclipped", "clipped", "dual_clip", "cispo", "sapo")
+__all__ = ["kl_cov_tokens", "token_covariance"]  # re-exported: KL-Cov's pieces (covariance.py)
+
+LOSS_MODES: tuple[str, ...] = (
+    "naive", "unclipped", "clipped", "dual_clip", "cispo", "sapo", "kl_cov",
+)  # fmt: skip
 
 #: Where the importance ratio lives: one per token (PPO/GRPO) or one per response (GSPO).
 IMPORTANCE_SAMPLING_LEVELS: tuple[str, ...] = ("token", "sequence")
@@ -157,6 +163,8 @@ def compute_per_token_loss(
     dual_clip_c: float = 3.0,
     sapo_temperature_pos: float = 1.0,
     sapo_temperature_neg: float = 1.05,
+    kl_cov_ratio: float = 0.002,
+    kl_cov_coef: float = 1.0,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Per-token loss float[batch, trial, pos]; minimise its (masked) mean.
 
@@ -174,12 +182,16 @@ def compute_per_token_loss(
     * ``sapo``:      -(4 / tau) sigmoid(tau (r - 1)) * A with tau = ``sapo_temperature_pos``
       for A > 0 and ``sapo_temperature_neg`` otherwise (SAPO, arXiv 2511.20347; TRL's
       ``loss_type="sapo"``): a soft gate, gradient weight 4 sigma (1 - sigma) r A, 1 at r = 1.
+    * ``kl_cov``:    -r A, plus ``kl_cov_coef`` * |log_probs - old_log_probs| on the
+      ``kl_cov_ratio`` fraction of real tokens with the largest covariance
+      (log pi - mean) (A - mean) (``kl_cov_tokens``; Cui et al. 2025, arXiv 2505.22617,
+      KL-Cov; verl's ``loss_mode="kl_cov"``). Token level only; reads ``mask``.
 
     ``importance_sampling_level``: ``"token"`` (r_t = exp(log_probs - old_log_probs) per
     token, ``compute_ratio``) or ``"sequence"`` (GSPO: one ratio per response,
     s_i = exp(``sequence_log_ratio``), the mean log-ratio over the response's real tokens,
     broadcast over pos; arXiv 2507.18071 eq. 5-7). ``mask`` float/bool[batch, trial, pos]
-    says which slots are real (None: all); only the sequence level reads it. Aggregate
+    says which slots are real (None: all); the sequence level and ``kl_cov`` read it. Aggregate
     the result with ``masking.aggregate_loss`` (GSPO's eq. 5 is ``sequence_mean``).
 
     All modes have the same gradient as ``naive`` when old_log_probs equal log_probs
@@ -194,6 +206,8 @@ def compute_per_token_loss(
     if mode == "sapo":
         _check_number(sapo_temperature_pos, "sapo_temperature_pos")
         _check_number(sapo_temperature_neg, "sapo_temperature_neg")
+    if mode == "kl_cov":
+        check_kl_cov(kl_cov_ratio, kl_cov_coef, importance_sampling_level)
     if return_clip_mask and (
         mode not in ("naive", "unclipped", "clipped") or importance_sampling_level != "token"
     ):
@@ -223,6 +237,10 @@ def compute_per_token_loss(
         elif mode == "cispo":
             weight = ratio.clamp(1 - epsilon, 1 + upper).detach()
             loss = -weight * delta * log_probs
+        elif mode == "kl_cov":
+            chosen = kl_cov_tokens(log_probs, deltas, kl_cov_ratio, bool_mask)
+            penalty = kl_cov_coef * (log_probs - old_log_probs).abs()
+            loss = -ratio * delta + torch.where(chosen, penalty, torch.zeros_like(penalty))
         else:  # sapo
             tau = torch.where(
                 delta > 0,
@@ -345,10 +363,12 @@ def _objective(log_probs: torch.Tensor, rollout, config, level: str) -> torch.Te
         check_frozen=config.detach_old_log_probs,
         epsilon_high=config.epsilon_high,
         importance_sampling_level=level,
-        mask=rollout.mask if level == "sequence" else None,
+        mask=rollout.mask if level == "sequence" or config.loss_mode == "kl_cov" else None,
         dual_clip_c=config.dual_clip_c,
         sapo_temperature_pos=config.sapo_temperature_pos,
         sapo_temperature_neg=config.sapo_temperature_neg,
+        kl_cov_ratio=config.kl_cov_ratio,
+        kl_cov_coef=config.kl_cov_coef,
     )
 
 

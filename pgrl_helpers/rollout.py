@@ -14,7 +14,10 @@ A rollout source is a class built as ``Source(policy, config)`` with two methods
 ``sample(prompts, num_samples, generator) -> (responses, mask)`` and
 ``old_log_probs(rollout) -> float[batch, trial, pos]`` (called under ``torch.no_grad``),
 and an ``after_optimizer_step()`` hook (a stale source uses it to track the trainer).
-A batch filter is a function ``(rollout, config) -> Rollout``.
+A batch filter is a function ``(rollout, config) -> Rollout``; a filter that needs more
+groups than were sampled (dynamic sampling with ``dynamic_sampling_max_draws``) calls
+``rollout.resample(n)``, a ``Resampler`` the loop attaches: n fresh prompts drawn, sampled
+and scored exactly as the loop's step 2 does (held-out keys excluded, responses counted).
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ class Rollout:
       (None when the KL term is off)
     * ``loss_weights`` float[batch, trial, pos] or None: per-token weights an off-policy
       correction (TIS / MIS, ``offpolicy``) multiplies into the per-token loss; None = 1
-    * ``metrics`` dict: extra step metrics the rollout source reports (e.g. ESS)
+    * ``metrics`` dict: extra step metrics the rollout source or filter reports (e.g. ESS)
+    * ``resample`` a ``Resampler`` or None: draws more groups for a batch filter
     """
 
     prompts: torch.Tensor
@@ -54,6 +58,7 @@ class Rollout:
     ref_log_probs: torch.Tensor | None = None
     loss_weights: torch.Tensor | None = None
     metrics: dict = field(default_factory=dict)
+    resample: object = None
 
     @property
     def num_responses(self) -> int:
@@ -92,6 +97,40 @@ class OnPolicySource:
 ROLLOUT_SOURCES: dict[str, type] = {"on_policy": OnPolicySource, "stale": StaleSource}
 
 
+class Resampler:
+    """Draws n fresh training groups as the loop's step 2 does, for a batch filter that must
+    refill its batch (DAPO's dynamic sampling).
+
+    ``resampler(n) -> Rollout`` (prompts, responses, mask, rewards): n prompts from
+    ``task.training_prompts`` (never a key in ``history.heldout_keys``), recorded in ``history``
+    (``record_training_prompts``), G = ``history.config.num_responses`` responses each from
+    ``source``, scored by ``task.reward``; the responses are added to
+    ``counters["responses_sampled"]``. It shares the loop's generators, so the run stays
+    deterministic; ``draws`` counts the calls.
+    """
+
+    def __init__(self, task, source, history, prompt_generator, sample_generator, counters):
+        self.task, self.source, self.history, self.counters = task, source, history, counters
+        self.prompt_generator, self.sample_generator = prompt_generator, sample_generator
+        self.draws = 0
+
+    def __call__(self, n: int) -> Rollout:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"n (prompts to draw) must be a positive int, got {n!r}")
+        keys = self.history.heldout_keys
+        prompts = self.task.training_prompts(n, self.prompt_generator, keys)
+        self.history.record_training_prompts(prompts, self.task.prompt_key(prompts))
+        group = self.history.config.num_responses
+        responses, mask = self.source.sample(prompts, group, self.sample_generator)
+        self.counters["responses_sampled"] += responses.shape[0] * responses.shape[1]
+        self.draws += 1
+        try:
+            rewards = self.task.reward(prompts, responses)  # [batch, trial]
+        except ValueError as err:
+            raise ValueError(f"rewards of a resampled batch (dynamic sampling): {err}") from err
+        return Rollout(prompts, responses, mask, rewards)
+
+
 # --------------------------------------------------------------------------------------
 # Batch filters
 # --------------------------------------------------------------------------------------
@@ -128,19 +167,62 @@ def select_groups(rollout: Rollout, keep: torch.Tensor) -> Rollout:
     )
 
 
-def dynamic_sampling(rollout: Rollout, config=None) -> Rollout:
-    """DAPO's dynamic sampling (Yu et al. 2025, arXiv 2503.14476, eq. 11): drop every group
-    whose rewards all tie; with a group baseline they would get all-zero deltas.
+def concat_rollouts(parts: list[Rollout]) -> Rollout:
+    """Groups of several rollouts (prompts, responses, mask, rewards only) in one, in order."""
+    return Rollout(*(torch.cat([getattr(p, f) for p in parts]) for f in _SCORED))
 
-    DAPO keeps sampling until the batch is full again; here the batch simply shrinks (a
-    batch-size-preserving variant needs the sampler, which a filter does not hold). When
-    *every* group ties the rollout is returned unchanged: there is nothing to keep, and
-    with a group baseline its deltas are all zero, so the step changes nothing.
+
+_SCORED = ("prompts", "responses", "mask", "rewards")
+
+
+def dynamic_sampling(rollout: Rollout, config=None, shaping=None) -> Rollout:
+    """DAPO's dynamic sampling (Yu et al. 2025, arXiv 2503.14476, eq. 11 and Algorithm 1):
+    keep only the groups whose rewards do not all tie (with a group baseline a tied group
+    has all-zero deltas: no signal).
+
+    ``config.dynamic_sampling_max_draws`` = 0 (default, or no config): the batch simply
+    shrinks to its non-tied groups. > 0: like DAPO, draw more: ``rollout.resample`` is called
+    for ``config.batch_prompts`` fresh prompts at a time, at most that many times, until the
+    batch holds ``batch_prompts`` non-tied groups (the first ones, in draw order; the surplus
+    is discarded, though its responses were sampled and counted). If the cap is hit first
+    the batch keeps what it found. ``shaping`` (a filter, e.g. ``overlong_shaping``) is applied
+    to every draw before the tie test. Logged: ``dynamic_sampling_draws`` (extra draws) and
+    ``dynamic_sampling_fill`` (non-tied groups kept / batch_prompts), when resampling is on.
+    When *every* group ties (and no draw found one) the rollout is returned unchanged: there
+    is nothing to keep, and with a group baseline its deltas are all zero.
     """
+    resample = rollout.resample
+    if shaping is not None:
+        rollout = shaping(rollout, config)
+    max_draws = 0 if config is None else config.dynamic_sampling_max_draws
     keep = ~tied_groups(rollout.rewards)
-    if not keep.any():
+    if max_draws == 0:
+        return select_groups(rollout, keep) if keep.any() else rollout
+    if resample is None:
+        raise ValueError(
+            "dynamic_sampling_max_draws > 0 needs rollout.resample (a Resampler; the training "
+            "loop attaches one) to draw more groups"
+        )
+    target = config.batch_prompts
+    parts, found, draws = [select_groups(rollout, keep)], int(keep.sum()), 0
+    while found < target and draws < max_draws:
+        extra = resample(target)
+        draws += 1
+        if shaping is not None:
+            extra = shaping(extra, config)
+        keep = ~tied_groups(extra.rewards)
+        parts.append(select_groups(extra, keep))
+        found += int(keep.sum())
+    metrics = {
+        "dynamic_sampling_draws": draws,
+        "dynamic_sampling_fill": min(found, target) / target,
+    }
+    if found == 0:
+        rollout.metrics.update(metrics)
         return rollout
-    return select_groups(rollout, keep)
+    kept = select_groups(concat_rollouts(parts), torch.arange(found) < target)
+    kept.metrics.update(metrics)
+    return kept
 
 
 def overlong_penalty(
@@ -197,8 +279,8 @@ def overlong_filtering(rollout: Rollout, config) -> Rollout:
 
 def dapo_filter(rollout: Rollout, config) -> Rollout:
     """DAPO's batch recipe: overlong shaping of the rewards, then dynamic sampling (the
-    tie test reads the shaped rewards)."""
-    return dynamic_sampling(overlong_shaping(rollout, config), config)
+    tie test reads the shaped rewards; resampled groups are shaped too)."""
+    return dynamic_sampling(rollout, config, shaping=overlong_shaping)
 
 
 #: name -> batch filter ``fn(rollout, config) -> Rollout`` (``TrainConfig.batch_filter``).

@@ -40,7 +40,7 @@ from .kl import kl_per_response
 from .losses import POLICY_OBJECTIVES, clip_fraction, compute_ratio
 from .masking import aggregate_loss
 from .policy import check_policy_fits
-from .rollout import BATCH_FILTERS, ROLLOUT_SOURCES, Rollout, frac_reward_zero_std
+from .rollout import BATCH_FILTERS, ROLLOUT_SOURCES, Resampler, Rollout, frac_reward_zero_std
 from .task import encode_prompts
 
 __all__ = [
@@ -107,6 +107,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
     prompt_generator = torch.Generator().manual_seed(config.seed)
     sample_generator = torch.Generator().manual_seed(config.seed + 1_000_003)
     counters = {"step": 0, "responses_sampled": 0}
+    draw = Resampler(task, source, history, prompt_generator, sample_generator, counters)
 
     if _evaluate(history, task, config, epochs_done=0, **counters):
         history.stop_reason = "target"
@@ -130,7 +131,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
             rewards = task.reward(prompts, responses)  # [batch, trial]
         except ValueError as err:
             raise ValueError(f"rewards at epoch {epoch}, step {counters['step']}: {err}") from err
-        rollout = batch_filter(Rollout(prompts, responses, mask, rewards), config)
+        rollout = batch_filter(Rollout(prompts, responses, mask, rewards, resample=draw), config)
         clock.lap("reward")
 
         # 3. frozen log-probs of the sampling policy and of the reference model; deltas

@@ -157,6 +157,13 @@ def loss_kwargs_for(
         raise ValueError(
             f"unknown loss_mode {loss_mode!r}; valid values are: {', '.join(LOSS_MODES)}"
         )
+    if loss_mode == "kl_cov":
+        raise ValueError(
+            "loss_mode 'kl_cov' (KL-Cov, Cui et al. 2025) has no GRPOConfig equivalent: TRL has "
+            "no loss_type that adds |log pi - log pi_old| on the top-covariance tokens (verl "
+            "has it as actor.policy_loss.loss_mode='kl_cov'); use 'naive', 'unclipped' or "
+            "'clipped' with this bridge"
+        )
     if loss_mode not in ("naive", "unclipped", "clipped"):
         raise ValueError(
             f"loss_mode {loss_mode!r} is not mapped to a GRPOConfig here: TRL's 'cispo' and "
@@ -324,6 +331,12 @@ def grpo_config_kwargs(config: Any, loss_type: str | None = None, **overrides) -
         raise ValueError(
             "detach_old_log_probs=False (the freeze pitfall) has no GRPOTrainer equivalent: TRL "
             "always computes the old log-probs without gradients"
+        )
+    if _get(config, "dynamic_sampling_max_draws", 0):
+        raise ValueError(
+            "dynamic_sampling_max_draws > 0 (DAPO's dynamic sampling that draws more prompts) "
+            "has no GRPOConfig equivalent: GRPOTrainer never resamples a batch (verl: "
+            "algorithm.filter_groups with max_num_gen_batches)"
         )
     steps = int(_get(config, "num_steps_per_epoch"))
     group = int(_get(config, "num_responses"))

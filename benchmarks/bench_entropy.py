@@ -1,0 +1,112 @@
+"""Entropy collapse and its remedies on the autoregressive sort-dedup task (issue 15, nb 11 sec. 7).
+
+The collapsing run (``COLLAPSE``): GRPO (clipped ratio, token-mean loss) on the leaderboard's
+task (``bench_objectives.BASE``: prompts of length 4, values 0-5, 10 + 10 held-out sets of
+values) with *no* entropy bonus and a large learning rate, so the policy's token entropy falls
+towards 0 and the reward stops improving. The remedies change one dial each, same seeds:
+
+* clip-higher (DAPO eq. 10): epsilon_high 0.28;
+* entropy bonus: entropy_coef 0.05 (the leaderboard's shared setting);
+* KL-Cov (Cui et al. 2025, arXiv 2505.22617): loss_mode 'kl_cov' with the paper's
+  k = 0.002 and beta = 1, and with k = 0.05 (with ~900 real tokens per batch the paper's k
+  selects a single token).
+
+Every run trains ``EPOCHS`` epochs (no early stop), logging the training reward and entropy
+per step and the validation / test exact every 5 epochs. The notebook fits Cui et al.'s
+R = -a exp(H) + b to the collapsing runs' (entropy, reward) points. Budget: 5 settings x 3
+seeds; CPU seconds per run saved with the results (shared 2-core CPU: see the load average).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+
+from _common import save, setup
+from bench_objectives import BASE
+
+from pgrl_helpers.training import run_policy_gradient
+
+SEEDS = (0, 1, 2)
+EPOCHS = 60
+COLLAPSE = replace(BASE, entropy_coef=0.0, learning_rate=1e-2, num_epochs=EPOCHS,
+                   target_heldout_exact_sort=None)  # fmt: skip
+
+#: name -> the fields that differ from COLLAPSE.
+REMEDIES: dict[str, dict] = {
+    "none (GRPO)": {},
+    "clip-higher": {"epsilon_high": 0.28},
+    "entropy bonus": {"entropy_coef": 0.05},
+    "KL-Cov k=0.002": {"loss_mode": "kl_cov", "kl_cov_ratio": 0.002, "kl_cov_coef": 1.0},
+    "KL-Cov k=0.05": {"loss_mode": "kl_cov", "kl_cov_ratio": 0.05, "kl_cov_coef": 1.0},
+}
+
+
+def run(config) -> dict:
+    start = time.process_time()
+    history = run_policy_gradient(config)
+    steps, evals = history.steps(), history.evals()
+    assert history.train_prompts_with_heldout_key == 0
+    last = [s for s in steps if s["epoch"] == steps[-1]["epoch"]]
+    return {
+        "seed": config.seed,
+        "cpu_seconds": time.process_time() - start,
+        "step_entropy": [s["entropy"] for s in steps],
+        "step_reward": [s["mean_reward"] for s in steps],
+        "eval_epoch": [e["epoch"] for e in evals],
+        "validation_exact": [e["heldout_exact_sort"] for e in evals],
+        "test_exact": [e["test_exact_sort"] for e in evals],
+        "final_entropy": sum(s["entropy"] for s in last) / len(last),
+        "final_reward": sum(s["mean_reward"] for s in last) / len(last),
+        "final_test_exact": evals[-1]["test_exact_sort"],
+    }
+
+
+def main(names: list[str], part: str | None) -> None:
+    setup()
+    results = {}
+    for name in names:
+        results[name] = []
+        for seed in SEEDS:
+            r = run(replace(COLLAPSE, seed=seed, **REMEDIES[name]))
+            results[name].append(r)
+            print(f"{name} seed {seed}: final entropy {r['final_entropy']:.3f}, reward "
+                  f"{r['final_reward']:.3f}, test exact {r['final_test_exact']:.2f} "
+                  f"({r['cpu_seconds']:.0f} CPU s)", flush=True)  # fmt: skip
+    fields = {f: getattr(COLLAPSE, f) for f in ("prompt_length", "vocab_size", "num_responses",
+              "prompts_per_epoch", "num_steps_per_epoch", "learning_rate", "entropy_coef",
+              "loss_aggregation", "num_eval_prompts", "num_epochs")}  # fmt: skip
+    payload = {"seeds": list(SEEDS), "collapse_config": fields, "remedies": REMEDIES,
+               "runs": results}  # fmt: skip
+    save("entropy" if part is None else f"entropy_{part}", payload)
+
+
+def merge(parts: list[str]) -> None:
+    """Combine entropy_<part>.json files into entropy.json (keeps each part's load average)."""
+    import json
+
+    from _common import RESULTS_DIR
+
+    runs, loads = {}, []
+    for part in parts:
+        data = json.loads((RESULTS_DIR / f"entropy_{part}.json").read_text())
+        runs.update(data["runs"])
+        loads.append(data["machine"]["load_average_1_5_15_min"])
+    fields = data["collapse_config"]
+    save("entropy", {"seeds": list(SEEDS), "collapse_config": fields, "remedies": REMEDIES,
+                     "part_load_averages": loads,
+                     "runs": {n: runs[n] for n in REMEDIES if n in runs}})  # fmt: skip
+
+
+if __name__ == "__main__":
+    # usage: bench_entropy.py                          (every setting, one process)
+    #        bench_entropy.py --part a "clip-higher"   (a subset, saved as entropy_a.json)
+    #        bench_entropy.py --merge a b              (combine the parts into entropy.json)
+    args = sys.argv[1:]
+    if args[:1] == ["--merge"]:
+        merge(args[1:])
+    elif args[:1] == ["--part"]:
+        main(args[2:], part=args[1])
+    else:
+        main(args or list(REMEDIES), None)

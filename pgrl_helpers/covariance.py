@@ -1,0 +1,83 @@
+"""Entropy collapse's driver, per token: Cui et al. 2025 (arXiv 2505.22617), KL-Cov.
+
+For a softmax policy one update changes the entropy by about -Cov(log pi(a), change of logit
+a); under a policy gradient the logit change is proportional to pi(a) A(a), so confident
+tokens with a high advantage lower the entropy. KL-Cov ranks the batch's real tokens by
+``token_covariance`` and adds beta |log pi - log pi_old| to the loss of the top k fraction
+(``kl_cov_tokens``); ``losses.compute_per_token_loss(..., mode="kl_cov")`` uses both.
+Shapes: log_probs float[batch, trial, pos], deltas float[batch, trial] or [batch, trial, pos],
+mask bool/float[batch, trial, pos].
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ._validate import check_ndim, check_same_shape, check_tensor
+
+
+def check_kl_cov(ratio, coef, level) -> None:
+    if (
+        isinstance(ratio, bool)
+        or not isinstance(ratio, (int, float))
+        or not math.isfinite(ratio)
+        or not 0 < ratio <= 1
+    ):
+        raise ValueError(f"kl_cov_ratio must be a number in (0, 1], got {ratio!r}")
+    if isinstance(coef, bool) or not isinstance(coef, (int, float)) or not 0 <= coef < math.inf:
+        raise ValueError(f"kl_cov_coef must be a finite number >= 0, got {coef!r}")
+    if level != "token":
+        raise ValueError(
+            "loss mode 'kl_cov' penalises single tokens: it needs importance_sampling_level "
+            f"'token', got {level!r}"
+        )
+
+
+def token_covariance(
+    log_probs: torch.Tensor, deltas: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Cui et al.'s per-token covariance term, float[batch, trial, pos] (no gradient).
+
+    Cov(y_t) = (log pi(y_t) - mean log pi) * (A_t - mean A), both means over the batch's
+    real tokens (``mask`` bool/float[batch, trial, pos], None: all); padding gets -inf so
+    it is never ranked first. A high value marks a confident token with a high advantage
+    (or an unlikely one with a low advantage): the tokens whose update lowers the entropy
+    most (arXiv 2505.22617, the covariance that drives the entropy change).
+    """
+    check_ndim(log_probs, 3, "log_probs", "batch, trial, pos")
+    check_tensor(deltas, "deltas")
+    if tuple(deltas.shape) not in (tuple(log_probs.shape[:2]), tuple(log_probs.shape)):
+        raise ValueError(
+            f"deltas must be [batch, trial] or [batch, trial, pos] matching log_probs: "
+            f"deltas {list(deltas.shape)}, log_probs {list(log_probs.shape)}"
+        )
+    real = torch.ones(log_probs.shape, dtype=torch.bool) if mask is None else mask != 0
+    check_same_shape(log_probs, real, "log_probs", "mask")
+    if not real.any():
+        raise ValueError("mask selects no tokens: the covariance needs at least one")
+    with torch.no_grad():
+        logp = log_probs.detach()
+        adv = (deltas[:, :, None] if deltas.ndim == 2 else deltas).detach().expand(logp.shape)
+        cov = (logp - logp[real].mean()) * (adv - adv[real].mean())
+        return torch.where(real, cov, torch.full_like(cov, -math.inf))
+
+
+def kl_cov_tokens(
+    log_probs: torch.Tensor,
+    deltas: torch.Tensor,
+    kl_cov_ratio: float,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """bool[batch, trial, pos]: KL-Cov's set I_KL, the max(1, floor(k N)) real tokens with the
+    largest ``token_covariance`` (N real tokens, k = ``kl_cov_ratio``); ties go to the
+    earlier token in row-major order (a stable sort), so the choice is deterministic."""
+    check_kl_cov(kl_cov_ratio, 0.0, "token")
+    cov = token_covariance(log_probs, deltas, mask).flatten()
+    real = int(torch.isfinite(cov).sum())
+    count = max(1, int(kl_cov_ratio * real))
+    order = torch.sort(cov, descending=True, stable=True).indices[:count]
+    chosen = torch.zeros(cov.shape, dtype=torch.bool)
+    chosen[order] = True
+    return chosen.reshape(log_probs.shape)
