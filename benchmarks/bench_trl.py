@@ -34,7 +34,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import torch  # noqa: E402
 from _common import markdown_table, save, setup  # noqa: E402
 
-from pgrl_helpers import trl_bridge  # noqa: E402
+from pgrl_helpers import hf_policy, trl_bridge  # noqa: E402
 from pgrl_helpers.training import TrainConfig  # noqa: E402
 
 SEEDS = (0, 1, 2)
@@ -44,7 +44,7 @@ EVAL_EVERY = 10  # optimizer steps between validation checks
 #: Per seed, in CPU seconds of this (single-threaded) process: wall time on a free core,
 #: and the same whatever else shares the machine.
 BUDGET_SECONDS = 600.0
-SPLIT_SEED, N_TEST, N_VAL = 0, 7, 7
+SPLIT_SEED, N_TEST, N_VAL = 0, 22, 22
 
 #: The run's settings as a TrainConfig (mapped to GRPOConfig by trl_bridge). What changed from
 #: notebook 09's first attempt (8 prompts x G = 8, 2 steps per round, lr 5e-3, no entropy
@@ -64,14 +64,28 @@ CONFIG = TrainConfig(
     prompt_source="random",
     prompts_per_epoch=32,
     prompt_length=3,
-    vocab_size=5,
+    vocab_size=10,
     reward_fn="sort_distance_reward",
     learning_rate=1e-3,
 )
 
 
+def build_policy(config: TrainConfig, seed: int, digits_only: bool = True):
+    """The tokenizer and the tiny GPT-2 (its output constrained to digits unless told not)."""
+    tokenizer = trl_bridge.build_sort_tokenizer(config.vocab_size)
+    torch.manual_seed(seed)
+    policy = trl_bridge.build_tiny_gpt2(tokenizer, seed=seed)
+    if digits_only:
+        hf_policy.constrain_to_digits(policy, tokenizer)
+    return tokenizer, policy
+
+
 def train_one_seed(
-    seed: int, config: TrainConfig = CONFIG, budget: float = BUDGET_SECONDS, quiet: bool = True
+    seed: int,
+    config: TrainConfig = CONFIG,
+    budget: float = BUDGET_SECONDS,
+    quiet: bool = True,
+    digits_only: bool = True,
 ) -> dict:
     """One GRPOTrainer run to the validation target (or the budget); its curve and test score."""
     import transformers
@@ -86,9 +100,7 @@ def train_one_seed(
     g = torch.Generator().manual_seed(seed)
     rows = config.num_epochs * config.batch_prompts
     train = split["train"][torch.randint(len(split["train"]), (rows,), generator=g)]
-    tokenizer = trl_bridge.build_sort_tokenizer(config.vocab_size)
-    torch.manual_seed(seed)
-    policy = trl_bridge.build_tiny_gpt2(tokenizer, seed=seed)
+    tokenizer, policy = build_policy(config, seed, digits_only)
     curve: list[dict] = []
     best = {"exact_sort": -1.0, "state": None, "step": 0}  # model selection on validation
     start, cpu_start = time.perf_counter(), time.process_time()
@@ -168,6 +180,7 @@ def main(argv=None) -> None:
     p.add_argument("--budget", type=float, default=BUDGET_SECONDS)
     p.add_argument("--no-save", action="store_true", help="print only, write no results file")
     p.add_argument("--jobs", type=int, default=1, help="seeds run side by side (processes)")
+    p.add_argument("--unconstrained", action="store_true", help="let the LM write any token")
     p.add_argument("--set", nargs="*", default=[], help="TrainConfig overrides, e.g. lr=1e-3")
     args = p.parse_args(argv)
     setup()
@@ -185,11 +198,15 @@ def main(argv=None) -> None:
 
         with ProcessPoolExecutor(args.jobs, initializer=setup) as pool:
             futures = [
-                pool.submit(train_one_seed, s, config, args.budget, False) for s in args.seeds
+                pool.submit(train_one_seed, s, config, args.budget, False, not args.unconstrained)
+                for s in args.seeds
             ]
             runs = [f.result() for f in futures]
     else:
-        runs = [train_one_seed(s, config, args.budget, quiet=False) for s in args.seeds]
+        runs = [
+            train_one_seed(s, config, args.budget, False, not args.unconstrained)
+            for s in args.seeds
+        ]
     for r in runs:
         print(
             f"seed {r['seed']}: {r['steps']} steps, {r['cpu_seconds']:.0f} cpu-s, test {r['test']}"
@@ -216,6 +233,7 @@ def main(argv=None) -> None:
                 "validation_target": VALIDATION_TARGET,
                 "eval_every_steps": EVAL_EVERY,
                 "budget_cpu_seconds": args.budget,
+                "digits_only": not args.unconstrained,
                 "jobs": args.jobs,
                 "config": {k: v for k, v in vars(config).items() if not callable(v)},
                 "split": {name: len(prompts) for name, prompts in split.items()},
