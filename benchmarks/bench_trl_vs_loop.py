@@ -292,23 +292,33 @@ def main(argv=None) -> None:
                 f"seed {seed} {r['framework']:4}: {r['steps']} steps, "
                 f"{r['cpu_seconds_per_step']:.3f} cpu-s/step, "
                 f"{r['responses_per_cpu_second']:.0f} responses/cpu-s, to target "
-                f"{r['cpu_seconds_to_target']} cpu-s, test {r['test']:.1%}",
+                f"{_seconds(r['cpu_seconds_to_target'])} cpu-s, test {r['test']:.1%}",
                 flush=True,
             )
+        report(pairs, args.no_save)  # after every seed: a partial result survives
+
+
+def _seconds(value) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def report(pairs: list[dict], no_save: bool) -> None:
+    """Print the table and the TRL / ours ratios; write results/trl_vs_loop.json."""
     keys = ("cpu_seconds_per_step", "responses_per_cpu_second", "cpu_seconds_to_target")
     ratios = {
         k: [p["trl"][k] / p["ours"][k] for p in pairs if p["trl"][k] and p["ours"][k]] for k in keys
     }
     rows = [
         [p["seed"], r["framework"], r["steps"], f"{r['cpu_seconds_per_step']:.3f}"]
-        + [f"{r['responses_per_cpu_second']:.0f}", r["cpu_seconds_to_target"], f"{r['test']:.0%}"]
+        + [f"{r['responses_per_cpu_second']:.0f}", _seconds(r["cpu_seconds_to_target"])]
+        + [f"{r['test']:.0%}"]
         for p in pairs
         for r in (p["ours"], p["trl"])
     ]
     head = ["seed", "framework", "steps", "CPU s/step", "responses/CPU s", "CPU s to target"]
     print(markdown_table(head + ["test exact"], rows))
     print("TRL / ours:", {k: [round(x, 2) for x in v] for k, v in ratios.items()})
-    if not args.no_save:
+    if not no_save:
         save(
             "trl_vs_loop",
             {
