@@ -176,6 +176,16 @@ def run_loop(config, seed: int) -> dict:
         # the held-out checks (greedy decoding and their rewards) as one phase
         stack.enter_context(patched(training, "_evaluate", timers, "evaluation"))
         history = run_policy_gradient(config, after_epoch, model=policy)
+    last = history.evals()[-1]
+    if not curve or curve[-1]["step"] != last["step"]:  # the loop skips the callback on a stop
+        cpu = time.process_time() - start[1] - timers.cpu["evaluation"]
+        curve.append(
+            {
+                "step": last["step"],
+                "exact_sort": last["heldout_exact_sort"],
+                "train_cpu_seconds": cpu,
+            }
+        )
     steps = len(history.steps())
     responses = history.evals()[-1]["responses_sampled"]
     test = history.evals()[-1]["test_exact_sort"]
