@@ -292,6 +292,14 @@ def trl_vs_loop_section(r: dict) -> str:
             "",
             f"TRL / ours: {ratios}.",
             "",
+            f"Seeds {', '.join(str(p['seed']) for p in r['pairs'])} ran side by side, one "
+            f"process each, on {r['machine']['logical_cores']} shared cores (load average "
+            f"{r['machine']['load_average_1_5_15_min']} at the end): CPU seconds, not wall "
+            "time. The per-step ratio is the measurement; the time-to-target ratio also holds "
+            "the steps each run needed, which differ although weights, prompts, held-out sets "
+            "and loss are the same (the sampling randomness is not); more seeds would be "
+            "needed to say whether that difference is systematic.",
+            "",
             "CPU milliseconds per optimizer step, all seeds (generation: sampling; forward: "
             "log-probs and entropies incl. the frozen old log-probs; overhead: the rest of the "
             "framework):",

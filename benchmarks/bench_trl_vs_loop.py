@@ -277,35 +277,48 @@ def main(argv=None) -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
     p.add_argument("--max-epochs", type=int, default=MAX_EPOCHS)
     p.add_argument("--no-save", action="store_true")
+    p.add_argument("--jobs", type=int, default=1, help="seeds run side by side (processes)")
     args = p.parse_args(argv)
     setup()
+    if args.jobs > 1:  # seeds side by side, one process each (CPU seconds stay per process)
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(args.jobs, initializer=setup) as pool:
+            pairs = list(pool.map(run_pair, args.seeds, [args.max_epochs] * len(args.seeds)))
+        report(pairs, args.no_save)
+        return
+    pairs = []
+    for seed in args.seeds:
+        pairs.append(run_pair(seed, args.max_epochs))
+        report(pairs, args.no_save)  # after every seed: a partial result survives
+
+
+def run_pair(seed: int, max_epochs: int) -> dict:
+    """Our loop, then TRL, on one seed's work; prints both lines."""
     warnings.filterwarnings("ignore")
     import transformers
 
     transformers.logging.set_verbosity_error()
-    pairs = []
-    for seed in args.seeds:
-        config = replace(
-            CONFIG,
-            seed=seed,
-            num_epochs=args.max_epochs,
-            eval_every=EVAL_EVERY,
-            target_heldout_exact_sort=TARGET,
+    config = replace(
+        CONFIG,
+        seed=seed,
+        num_epochs=max_epochs,
+        eval_every=EVAL_EVERY,
+        target_heldout_exact_sort=TARGET,
+    )
+    prompts, val, test = loop_prompt_stream(config)
+    ours = run_loop(config, seed)
+    trl = run_trl(config, seed, prompts, val, test)
+    same = ours.pop("first_prompts") == trl.pop("first_prompts")
+    for r in (ours, trl):
+        print(
+            f"seed {seed} {r['framework']:4}: {r['steps']} steps, "
+            f"{r['cpu_seconds_per_step']:.3f} cpu-s/step, "
+            f"{r['responses_per_cpu_second']:.0f} responses/cpu-s, to target "
+            f"{_seconds(r['cpu_seconds_to_target'])} cpu-s, test {r['test']:.1%}",
+            flush=True,
         )
-        prompts, val, test = loop_prompt_stream(config)
-        ours = run_loop(config, seed)
-        trl = run_trl(config, seed, prompts, val, test)
-        same = ours.pop("first_prompts") == trl.pop("first_prompts")
-        pairs.append({"seed": seed, "same_first_prompts": same, "ours": ours, "trl": trl})
-        for r in (ours, trl):
-            print(
-                f"seed {seed} {r['framework']:4}: {r['steps']} steps, "
-                f"{r['cpu_seconds_per_step']:.3f} cpu-s/step, "
-                f"{r['responses_per_cpu_second']:.0f} responses/cpu-s, to target "
-                f"{_seconds(r['cpu_seconds_to_target'])} cpu-s, test {r['test']:.1%}",
-                flush=True,
-            )
-        report(pairs, args.no_save)  # after every seed: a partial result survives
+    return {"seed": seed, "same_first_prompts": same, "ours": ours, "trl": trl}
 
 
 def _seconds(value) -> str:
@@ -334,6 +347,7 @@ def report(pairs: list[dict], no_save: bool) -> None:
             {
                 "target_validation_exact_sort": TARGET,
                 "eval_every_epochs": EVAL_EVERY,
+                "seeds": [p["seed"] for p in pairs],
                 "config": {k: v for k, v in vars(CONFIG).items() if not callable(v)},
                 "ratios_trl_over_ours": ratios,
                 "pairs": pairs,
