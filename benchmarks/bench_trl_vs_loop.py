@@ -10,7 +10,7 @@ validation and test sets, disjoint by content). Our loop trains the GPT-2 throug
 ``hf_policy.HFSortPolicy``. Only the sampling randomness differs (TRL draws from torch's
 global generator inside ``generate``, our loop from its own).
 
-Per seed, one run of each, back to back in this process (same machine, same load), each
+Per seed, one run of each, back to back in one process (same machine, same load), each
 until greedy exact-sort on the validation set reaches ``TARGET`` (checked every
 ``EVAL_EVERY`` epochs) or ``MAX_EPOCHS``. Measured for each: seconds per optimizer step,
 responses per second, time to the target, and where the time goes. The timers (wall and
@@ -27,7 +27,7 @@ CPU seconds of this process) wrap the same kinds of work on both sides:
 * overhead: everything else (the framework: loss assembly, advantages, logging, data
   loading, callbacks).
 
-    nice .venv/bin/python benchmarks/bench_trl_vs_loop.py          # writes results/trl_vs_loop.json
+    nice .venv/bin/python benchmarks/bench_trl_vs_loop.py --jobs 3   # as committed: results/trl_vs_loop.json
 """
 
 from __future__ import annotations
