@@ -1,4 +1,4 @@
-"""Notebooks 00-06 end with a references section of links (one line each) and a symbol table."""
+"""Every notebook ends with a references section of links (one line each); 00 has the symbol table."""
 
 import json
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1] / "notebooks"
-CHECKED = sorted(p for p in ROOT.glob("0[0-6]_*.ipynb"))
+CHECKED = sorted(ROOT.glob("[0-9][0-9]_*.ipynb"))
 
 
 @pytest.mark.parametrize("path", CHECKED, ids=lambda p: p.name)
@@ -15,9 +15,11 @@ def test_ends_with_references(path):
     last = "".join(cells[-1]["source"])
     assert "## References" in last, "the last cell must hold the references"
     items = [
-        line for line in last.split("## References", 1)[1].splitlines() if line.startswith("- ")
+        line
+        for line in last.split("## References", 1)[1].splitlines()
+        if line.startswith(("- ", "* "))
     ]
-    assert len(items) >= 3 and all("](http" in line for line in items), "links, one line each"
+    assert len(items) >= 3 and all("http" in line for line in items), "links, one line each"
 
 
 def test_start_here_has_the_symbol_table():
