@@ -51,7 +51,7 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "value": ("value", "mutation_kills_value"),
     "offpolicy": ("offpolicy", "mutation_kills_offpolicy"),
     "diagnose": ("diagnose", "mutation_kills_diagnose"),
-    "clip_family": ("objectives",),
+    "clip_family": ("objectives", "mutation_kills_clip_family"),
 }
 
 #: mutmut's verdicts that count as "a test noticed the change".
