@@ -47,12 +47,12 @@ def test_sequence_weights_multiply_real_tokens_and_leave_padding_at_one():
 def test_log_weights_are_clamped_on_both_sides():
     big = torch.tensor([[[40.0, -40.0, 29.0]]])
     w = importance_weights(big, torch.zeros_like(big), torch.ones_like(big))
-    expected = torch.tensor([[[MAX_LOG_WEIGHT, -MAX_LOG_WEIGHT, 29.0]]]).exp()
-    torch.testing.assert_close(w, expected)
+    # compared in log space: exp(-30) and exp(-40) are both ~0 on a linear scale
+    torch.testing.assert_close(w.log(), torch.tensor([[[MAX_LOG_WEIGHT, -MAX_LOG_WEIGHT, 29.0]]]))
     up, down = torch.tensor([[[20.0, 15.0]]]), torch.tensor([[[-20.0, -15.0]]])
     for log_w, bound in ((up, MAX_LOG_WEIGHT), (down, -MAX_LOG_WEIGHT)):  # sums +-35
         seq = importance_weights(log_w, torch.zeros_like(log_w), torch.ones_like(log_w), "sequence")
-        torch.testing.assert_close(seq, torch.full((1, 1, 2), math.exp(bound)))
+        torch.testing.assert_close(seq.log(), torch.full((1, 1, 2), bound))
     assert MAX_LOG_WEIGHT == 30.0
 
 
@@ -256,3 +256,16 @@ def test_a_weight_equal_to_the_cap_is_not_cut():
     with torch.no_grad():
         source.old_log_probs(rollout)
     assert (units == cap).sum() > 1 and rollout.metrics["is_cut_fraction"] == 0.0
+
+
+def test_the_stale_source_samples_with_the_configured_dtype():
+    policy = LectureModel(*POLICY_ARGS, seed=0)
+    config = _config(rollout_source="stale", sampler_dtype="float16")
+    source = StaleSource(policy, config)
+    responses, mask = source.sample(PROMPTS, 4, torch.Generator().manual_seed(3))
+    rollout = SimpleNamespace(prompts=PROMPTS, responses=responses, mask=mask)
+    with torch.no_grad():
+        old = source.old_log_probs(rollout)  # correction 'none': the sampler's log-probs
+        half = mismatched_sampler(policy, dtype="float16").log_probs(PROMPTS, responses)
+        assert torch.equal(old, half)
+        assert not torch.equal(old, policy.log_probs(PROMPTS, responses))
