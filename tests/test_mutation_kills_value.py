@@ -115,6 +115,10 @@ def test_value_loss_clips_both_sides_and_halves():
     torch.testing.assert_close(up, torch.tensor(0.5 * (0.25 + 1 + 1) / 3))
     down = value_loss(torch.tensor([[[0.0, 0.0, -2.0, 0.0]]]), OLD, RETURNS, MASK, value_clip=1)
     torch.testing.assert_close(down, torch.tensor(0.5 * (1 + 1 + 1) / 3))
+    # the lower clip binds in the max: V = -1 is 1 below old_V, R = -5 below both
+    one = torch.tensor([[[1.0, 0.0, 0.0, 0.0]]])
+    low = value_loss(-one, OLD, -5 * one, one, value_clip=0.2)
+    torch.testing.assert_close(low, torch.tensor(0.5 * 4.8**2))
     plain = value_loss(values, OLD, RETURNS, MASK)
     torch.testing.assert_close(plain, torch.tensor(0.5 * (0.25 + 4 + 4) / 3))
 
@@ -178,6 +182,14 @@ def test_build_critic_maps_the_config():
     assert len(list(model.parameters())) == len(list(expected.parameters()))
     for a, b in zip(model.parameters(), expected.parameters()):
         assert a.shape == b.shape and torch.equal(a, b)
+    # the head count does not change the parameters' shapes, only the attention
+    torch.testing.assert_close(
+        model.values(PROMPTS, RESPONSES), expected.values(PROMPTS, RESPONSES)
+    )
+    four_heads = AutoregressiveValueModel(4, 3, config.response_length, 12, 3, 4, seed=4)
+    assert not torch.allclose(
+        model.values(PROMPTS, RESPONSES), four_heads.values(PROMPTS, RESPONSES)
+    )
 
 
 PPO = TrainConfig(
@@ -199,6 +211,10 @@ def _rollout():
 
 def test_gae_estimator_learning_rate_deltas_and_critic_steps():
     est = GAEEstimator(None, PPO)
+    with pytest.raises(
+        ValueError, match="^after_epoch called before the estimator made this epoch's deltas$"
+    ):
+        est.after_epoch(_rollout())  # a call-order mistake gets a clear error
     assert est.optimizer.param_groups[0]["lr"] == 1e-3  # critic lr None: the policy's
     assert (
         GAEEstimator(None, replace(PPO, critic_learning_rate=0.5)).optimizer.param_groups[0]["lr"]
@@ -212,6 +228,12 @@ def test_gae_estimator_learning_rate_deltas_and_critic_steps():
         PPO.gamma, PPO.gae_lambda,
     )  # fmt: skip
     torch.testing.assert_close(est(rollout, PPO), adv)
+    # gamma and lambda come from the config (not the defaults 1 and 0.95)
+    other = replace(PPO, gamma=0.9, gae_lambda=0.5)
+    adv2, _ = compute_gae(
+        outcome_token_rewards(rollout.rewards, rollout.mask), old, rollout.mask, 0.9, 0.5
+    )
+    torch.testing.assert_close(est(rollout, other), adv2)
     white = replace(PPO, whiten_advantages=True)
     torch.testing.assert_close(est(rollout, white), whiten(adv, rollout.mask))
     # after_epoch: num_steps_per_epoch Adam steps on the value loss, mean loss logged
