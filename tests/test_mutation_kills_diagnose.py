@@ -89,8 +89,9 @@ def test_zero_gradient_counts_at_the_bounds():
         "9 of 10 steps have grad_norm <= 1e-10 and ratio 1; the reward varies between epochs, "
         "so groups are not all tied"
     )
-    assert "frozen_ratio" not in names(steps(10, grad_norm=[0.0] * 8 + [1.0] * 2))
+    assert names(steps(10, grad_norm=[0.0] * 8 + [1.0] * 2)) == []
     assert "frozen_ratio" not in names(steps(10, grad_norm=[2e-10] * 10, mean_reward=rewards))
+    assert [e.metric for e in f.evidence] == ["mean_reward", "grad_norm", "ratio_mean"]
 
 
 def test_ratio_one_needs_90_percent_of_the_zero_steps():
@@ -126,7 +127,9 @@ def test_logged_tie_fraction_decides_at_099():
     tied = steps(10, grad_norm=0.0, mean_reward=rewards, frac_reward_zero_std=0.99)
     f = only(tied, "tied_groups")
     assert f.detail.endswith("; mean frac_reward_zero_std 0.99")
-    assert names(tied) == ["tied_groups"]  # reported once, not again by _tied_fraction
+    assert names(tied) == ["tied_groups"]
+    # every group ties and the reward is flat: reported once, not again by _tied_fraction
+    assert names(steps(10, grad_norm=0.0, frac_reward_zero_std=1.0)) == ["tied_groups"]
     most = steps(10, grad_norm=0.0, mean_reward=0.5, frac_reward_zero_std=0.98)
     f = only(most, "frozen_ratio")
     assert f.detail.endswith("; only 98% of groups tie on average")
@@ -170,7 +173,7 @@ def test_a_solved_run_may_tie():
 
 
 def test_memorisation_at_a_train_gain_of_exactly_03():
-    history = steps(8) + evals([0.05, 0.05, 0.0, 0.05], train=[0.0, 0.1, 0.2, 0.3])
+    history = steps(8) + evals([0.05, 0.04, 0.0, 0.05], train=[0.0, 0.1, 0.2, 0.3])
     f = only(history, "reward_hacking")
     assert f.detail == (
         "train exact-sort 0% -> 30% while held-out exact-sort stays at 5.0%: memorisation "
@@ -178,15 +181,17 @@ def test_memorisation_at_a_train_gain_of_exactly_03():
     )
     assert f.evidence == (
         Evidence("train_exact_sort", (0, 1, 2, 3), (0.0, 0.1, 0.2, 0.3)),
-        Evidence("heldout_exact_sort", (0, 1, 2, 3), (0.05, 0.05, 0.0, 0.05)),
+        Evidence("heldout_exact_sort", (0, 1, 2, 3), (0.05, 0.04, 0.0, 0.05)),
     )
-    less = steps(8) + evals([0.05, 0.05, 0.0, 0.05], train=[0.0, 0.1, 0.2, 0.29])
+    less = steps(8) + evals([0.05, 0.04, 0.0, 0.05], train=[0.0, 0.1, 0.2, 0.29])
     assert "reward_hacking" not in names(less)
+    gain = steps(8) + evals([0.05, 0.04, 0.0, 0.05], train=[0.2, 0.3, 0.4, 0.45])
+    assert names(gain) == []  # a gain of 0.25, from a start above 0
 
 
 def test_stall_is_a_gain_of_at_most_005_over_the_second_half():
     train = [0.0, 0.1, 0.2, 0.5]
-    assert "reward_hacking" in names(steps(8) + evals([0.05, 0.05, 0.0, 0.05], train=train))
+    assert "reward_hacking" in names(steps(8) + evals([0.05, 0.04, 0.0, 0.05], train=train))
     moving = steps(8) + evals([0.05, 0.05, 0.0, 0.0625], train=train)
     assert "reward_hacking" not in names(moving)
     # half = len // 2: with 5 evaluations the second half starts at index 2
@@ -210,13 +215,16 @@ def test_two_evaluations_are_not_enough():
 
 
 def test_proxy_hacking_gain_and_plateau_bounds():
-    exact = [0.05, 0.05, 0.0, 0.05]
-    f = only(steps(8) + evals(exact, proxy=[0.0, 0.5, 1.0, 1.0]), "reward_hacking")
+    exact = [0.05, 0.04, 0.0, 0.05]
+    f = only(steps(8) + evals(exact, proxy=[0.0, 0.5, 0.98, 1.0]), "reward_hacking")
     assert f.detail == (
         "held-out mean reward 0 -> 1 while held-out exact-sort stalls at 5.0% (best 5.0%): "
         "the proxy rises on unseen prompts too, the goal does not"
     )
-    assert f.evidence[0] == Evidence("heldout_mean_reward", (0, 1, 2, 3), (0.0, 0.5, 1.0, 1.0))
+    assert f.evidence[0] == Evidence("heldout_mean_reward", (0, 1, 2, 3), (0.0, 0.5, 0.98, 1.0))
+    # the gain is measured to the last evaluation (0.26 >= 0.25 x 1; to the one before: 0.24)
+    late_gain = steps(8) + evals(exact, proxy=[-1.0, -0.8, -0.76, -0.74])
+    assert names(late_gain) == ["reward_hacking"]
     assert f.evidence[1].metric == "heldout_exact_sort"
     # gain exactly PROXY_GAIN_REL x scale (0.25 x 4 = 1) is enough; 0.99 is not
     assert "reward_hacking" in names(steps(8) + evals(exact, proxy=[3.0, 3.5, 4.0, 4.0]))
@@ -244,6 +252,9 @@ def test_entropy_collapse_below_5_percent_of_the_first_epoch():
     assert names(steps(8, entropy=at_bound)) == []
     assert names(steps(8, entropy=[0.0] * 8)) == []
     assert names(steps(8, entropy=[-1.0] + [-2.0] * 7)) == []
+    # only the first epoch's entropy decides whether there is a scale to collapse from
+    assert names(steps(8, entropy=[0.0] + [-1.0] * 7)) == []
+    assert names(steps(8, entropy=[-1.0, 1.0] + [-1.0] * 6)) == []
 
 
 def test_entropy_collapse_needs_a_stuck_reward_or_a_stall():
@@ -253,7 +264,7 @@ def test_entropy_collapse_needs_a_stuck_reward_or_a_stall():
     assert "entropy_collapse" in names(steps(8, entropy=entropy, mean_reward=stuck))
     moving = [0.0] * 4 + [18.9, 19.5, 20.0, 20.0]
     assert "entropy_collapse" not in names(steps(8, entropy=entropy, mean_reward=moving))
-    stalled = steps(8, entropy=entropy) + evals([0.05, 0.05, 0.0, 0.05])
+    stalled = steps(8, entropy=entropy) + evals([0.05, 0.04, 0.0, 0.05])
     f = only(stalled, "entropy_collapse")
     assert f.detail == (
         "entropy 20 -> 0.5 nats (late mean) and held-out exact-sort stalled at 5.0%"
@@ -321,6 +332,8 @@ def test_length_change_with_learning_is_not_drift():
     assert "length_drift" not in names(learning)
     slow = steps(8, response_length=lengths) + evals([0.0, 0.1, 0.1, 0.19])
     assert "length_drift" in names(slow)
+    # the gain is last minus first evaluation
+    assert "length_drift" in names(steps(8, response_length=lengths) + evals([0.5, 0.5, 0.5, 0.6]))
 
 
 # ---- gradient spikes ------------------------------------------------------------------
@@ -385,7 +398,7 @@ def test_findings_come_root_causes_first():
     history = steps(
         10, entropy=entropy + [0.5, 0.5], kl=[9.0] * 10, response_length=[4.0] + [8.0] * 9,
         grad_norm=[1.0] * 9 + [30.0], mean_reward=[0.0, 0, 1, 1, 1, 1, 1, 1, 2, 2], loss=0.0,
-    ) + evals([0.05, 0.05, 0.0, 0.05], train=[0.0, 0.1, 0.2, 0.3])  # fmt: skip
+    ) + evals([0.05, 0.04, 0.0, 0.05], train=[0.0, 0.1, 0.2, 0.3])  # fmt: skip
     assert names(history) == [
         "reward_hacking", "entropy_collapse", "kl_blowup", "length_drift", "grad_spike",
         "loss_near_zero",
@@ -413,6 +426,8 @@ def test_pick_spreads_up_to_six_points():
     assert dg._pick(list(range(3)), [1.0, 2.0, 3.0]) == ((0, 1, 2), (1.0, 2.0, 3.0))
     assert dg._pick(list(range(11)), list(range(11))) == ((0, 2, 4, 6, 8, 10),) * 2
     assert dg._pick([5], [7.0]) == ((5,), (7.0,))
+    assert dg._pick(list(range(5)), list(range(5)), n=2) == ((0, 4),) * 2
+    assert dg._pick(list(range(5)), list(range(5)), n=1) == ((0,),) * 2
     assert dg._pick(list(range(9)), list(range(9)), n=3) == ((0, 4, 8),) * 2
 
 
