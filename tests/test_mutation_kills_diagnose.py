@@ -255,6 +255,7 @@ def test_entropy_collapse_below_5_percent_of_the_first_epoch():
     # only the first epoch's entropy decides whether there is a scale to collapse from
     assert names(steps(8, entropy=[0.0] + [-1.0] * 7)) == []
     assert names(steps(8, entropy=[-1.0, 1.0] + [-1.0] * 6)) == []
+    assert names(steps(8, entropy=[1.0, 0.5] + [0.01] * 6)) == ["entropy_collapse"]
 
 
 def test_entropy_collapse_needs_a_stuck_reward_or_a_stall():
@@ -289,6 +290,7 @@ def test_kl_blowup_per_token_above_05():
     at_bound = steps(8, kl=[0.0] * 6 + [2.0] * 2, response_length=4.0)  # 0.5 per token
     assert names(at_bound) == []
     assert names(steps(8, kl=[None] * 6 + [9.0] * 2, response_length=4.0)) == ["kl_blowup"]
+    assert names(steps(8, kl=[0.0] * 6 + [0.6] * 2, response_length=1.0)) == ["kl_blowup"]
 
 
 # ---- clip fraction --------------------------------------------------------------------
@@ -324,6 +326,7 @@ def test_length_drift_at_half_the_first_length():
     assert only(steps(8, response_length=shorter), "length_drift").detail.endswith("(-50%)")
     assert names(steps(8, response_length=[4.0] + [5.9] * 7)) == []
     assert names(steps(8, response_length=[0.0] + [5.0] * 7)) == []
+    assert names(steps(8, response_length=[1.0] + [2.0] * 7)) == ["length_drift"]
 
 
 def test_length_change_with_learning_is_not_drift():
@@ -347,6 +350,10 @@ def test_grad_spike_at_20_times_the_median_with_10_steps():
         Evidence("grad_norm (the 5 largest)", (1, 3, 6, 8, 9), (2.0, 20.0, 3.0, 1.0, 5.0), "step"),
     )
     assert str(f.evidence[0]).startswith("grad_norm (the 5 largest) by step {1: 2, 3: 20")
+    # median 2, 11 steps: the ratio is max / median, the evidence the 5 largest
+    f = only(steps(11, grad_norm=[2.0] * 10 + [40.0]), "grad_spike")
+    assert f.detail == "max grad_norm 40 (epoch 10, step 10) = 20 x the median 2"
+    assert f.evidence[0].epochs == (6, 7, 8, 9, 10)
     assert names(steps(10, grad_norm=[1.0] * 9 + [19.9])) == []
     assert names(steps(9, grad_norm=[1.0] * 8 + [100.0])) == []
     # a median of exactly ZERO_GRAD is a zero gradient: no spike relative to it
@@ -368,6 +375,8 @@ def test_loss_near_zero_is_an_info_note_at_its_bound():
     assert [e.metric for e in f.evidence] == ["mean_reward", "loss"]
     assert f.evidence[1].values == (0.05, -0.05, -0.05, 0.05, 0.05, -0.05)
     assert names(steps(8, mean_reward=rewards, loss=0.0501)) == []
+    moved_2 = [0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0]  # moves by 2: |loss| up to 0.1 is near 0
+    assert names(steps(8, mean_reward=moved_2, loss=0.09)) == ["loss_near_zero"]
     # the reward must move by MOVE_REL x its scale: exactly 0.1 x 10 = 1 does
     moved = [9.0, 9.0, 9.5, 9.5, 9.5, 9.5, 10.0, 10.0]
     assert names(steps(8, mean_reward=moved, loss=0.0)) == ["loss_near_zero"]
