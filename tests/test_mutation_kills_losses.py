@@ -304,6 +304,9 @@ def test_sequence_log_ratio_by_hand_with_and_without_mask():
     nan_old = old.clone()
     nan_old[0, 0, 2] = math.nan  # padding: selected away, never multiplied by 0
     torch.testing.assert_close(sequence_log_ratio(log_probs, nan_old, mask), got)
+    message = "log_probs and old_log_probs must have the same shape, got [1, 2, 3] and [1, 2, 2]"
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        sequence_log_ratio(log_probs, old[..., :2])
     full = sequence_log_ratio(log_probs, old)
     torch.testing.assert_close(full, torch.tensor([[[-3.5], [0.0]]], dtype=torch.float64))
 
