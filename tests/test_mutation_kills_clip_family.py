@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import math
 
-import matplotlib
 import pytest
+from matplotlib.figure import Figure
 
 from pgrl_helpers import clip_family as cf
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 
 @pytest.mark.parametrize(
@@ -73,49 +70,42 @@ def test_autograd_agrees_with_every_formula_on_a_grid():
 
 def test_the_figure_draws_every_formula_in_both_panels():
     ratios = [0.5, 1.0, 1.25, 2.5, 4.0]
-    fig, axes = plt.subplots(1, 2)
-    try:
-        cf.plot_clip_family(ratios, axes)
-        for ax, sign, title in zip(axes, (1, -1), ("A > 0", "A < 0")):
-            lines = [line for line in ax.get_lines() if line.get_label() in cf.CLIP_FAMILY]
-            assert [line.get_label() for line in lines] == list(cf.CLIP_FAMILY)
-            for line in lines:
-                assert list(line.get_xdata()) == ratios
-                expected = [cf.weight_formula(line.get_label(), r, sign) for r in ratios]
-                assert list(line.get_ydata()) == expected
-            # every curve has its own look (style, width, opacity, colour)
-            looks = {
-                (ln.get_linestyle(), ln.get_linewidth(), ln.get_alpha(), ln.get_color())
-                for ln in lines
-            }
-            assert len(looks) == len(lines)
-            assert ax.get_title() == title
-            assert ax.get_xlabel() == "ratio r = pi / pi_old (GSPO: sequence ratio s)"
-            assert ax.get_ylabel() == "gradient weight w(r) (naive = 1)"
-            marker = [ln for ln in ax.get_lines() if ln not in lines]
-            assert len(marker) == 1 and list(marker[0].get_xdata()) == [1.0, 1.0]
-            assert marker[0].get_color() == "grey" and marker[0].get_linewidth() == 0.5
-        legend = axes[0].get_legend()
-        assert legend is not None and axes[1].get_legend() is None
-        assert [t.get_text() for t in legend.get_texts()] == list(cf.CLIP_FAMILY)
-        assert legend.get_texts()[0].get_fontsize() == 8
-    finally:
-        plt.close(fig)
+    axes = Figure().subplots(1, 2)  # no pyplot: no backend, no global state
+    cf.plot_clip_family(ratios, axes)
+    for ax, sign, title in zip(axes, (1, -1), ("A > 0", "A < 0")):
+        lines = [line for line in ax.get_lines() if line.get_label() in cf.CLIP_FAMILY]
+        assert [line.get_label() for line in lines] == list(cf.CLIP_FAMILY)
+        for line in lines:
+            assert list(line.get_xdata()) == ratios
+            expected = [cf.weight_formula(line.get_label(), r, sign) for r in ratios]
+            assert list(line.get_ydata()) == expected
+        # every curve has its own look (style, width, opacity, colour)
+        looks = {
+            (ln.get_linestyle(), ln.get_linewidth(), ln.get_alpha(), ln.get_color()) for ln in lines
+        }
+        assert len(looks) == len(lines)
+        assert ax.get_title() == title
+        assert ax.get_xlabel() == "ratio r = pi / pi_old (GSPO: sequence ratio s)"
+        assert ax.get_ylabel() == "gradient weight w(r) (naive = 1)"
+        marker = [ln for ln in ax.get_lines() if ln not in lines]
+        assert len(marker) == 1 and list(marker[0].get_xdata()) == [1.0, 1.0]
+        assert marker[0].get_color() == "grey" and marker[0].get_linewidth() == 0.5
+    legend = axes[0].get_legend()
+    assert legend is not None and axes[1].get_legend() is None
+    assert [t.get_text() for t in legend.get_texts()] == list(cf.CLIP_FAMILY)
+    assert legend.get_texts()[0].get_fontsize() == 8
 
 
 def test_the_figure_styles():
     """PPO-clip is a wide translucent band under clip-higher's dashes (they coincide for
     A < 0); dual-clip dotted; GSPO dash-dotted."""
-    fig, axes = plt.subplots(1, 2)
-    try:
-        cf.plot_clip_family([1.0, 2.0], axes)
-        looks = [
-            (ln.get_linestyle(), ln.get_linewidth(), ln.get_alpha())
-            for ln in axes[1].get_lines()[: len(cf.CLIP_FAMILY)]
-        ]
-        assert looks == [
-            ("-", 6, 0.35), ("--", 2.5, 0.9), (":", 3, 1.0), ("-", 1.5, 1.0), ("-", 1.5, 1.0),
-            ("-.", 2, 1.0),
-        ]  # fmt: skip
-    finally:
-        plt.close(fig)
+    axes = Figure().subplots(1, 2)  # no pyplot: no backend, no global state
+    cf.plot_clip_family([1.0, 2.0], axes)
+    looks = [
+        (ln.get_linestyle(), ln.get_linewidth(), ln.get_alpha())
+        for ln in axes[1].get_lines()[: len(cf.CLIP_FAMILY)]
+    ]
+    assert looks == [
+        ("-", 6, 0.35), ("--", 2.5, 0.9), (":", 3, 1.0), ("-", 1.5, 1.0), ("-", 1.5, 1.0),
+        ("-.", 2, 1.0),
+    ]  # fmt: skip
