@@ -239,6 +239,8 @@ class GAEEstimator:
 
     def after_epoch(self, rollout) -> None:
         """Fit the critic to this epoch's GAE returns (num_steps_per_epoch Adam steps)."""
+        if self._targets is None:
+            raise ValueError("after_epoch called before the estimator made this epoch's deltas")
         stored, old_values, returns = self._targets
         if stored is not rollout:
             raise ValueError("after_epoch got a different rollout than the deltas were made for")

@@ -42,11 +42,16 @@ EQUIVALENT_FILE = ROOT / "tests" / "mutation_equivalent.toml"
 #: The numerical core: module of pgrl_helpers -> its fast unit tests (tests/test_<name>.py).
 #: Add a module (GAE, a new objective, an importance-weight correction, diagnose) as one line.
 MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
-    "advantages": ("advantages", "mutation_kills_advantages"),
+    "advantages": ("advantages", "objectives", "mutation_kills_advantages"),
     "kl": ("kl", "kl_extra", "mutation_kills_kl"),
-    "losses": ("losses", "clip_higher", "mutation_kills_losses"),
+    "losses": ("losses", "clip_higher", "objectives", "mutation_kills_losses"),
     "masking": ("masking", "mutation_kills_masking"),
     "sort_task": ("sort_task", "mutation_kills_sort_task"),
+    "gae": ("gae", "mutation_kills_gae"),
+    "value": ("value", "mutation_kills_value"),
+    "offpolicy": ("offpolicy", "mutation_kills_offpolicy"),
+    "diagnose": ("diagnose", "mutation_kills_diagnose"),
+    "clip_family": ("objectives", "mutation_kills_clip_family"),
 }
 
 #: mutmut's verdicts that count as "a test noticed the change".

@@ -6,6 +6,7 @@ std_floor / eps checks, and error messages that name the offending argument.
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -81,3 +82,75 @@ def test_group_baseline_deltas_uses_the_rollout_rewards_and_the_config_mode():
             SimpleNamespace(rewards=rewards), SimpleNamespace(deltas_mode=mode)
         )
         assert torch.equal(got, compute_deltas(rewards, mode)), mode
+
+
+def test_batch_modes_by_hand():
+    r = torch.tensor([[0.0, 2.0], [4.0, 10.0]])
+    centered = torch.tensor([[-1.0, 1.0], [-3.0, 3.0]])
+    batch_std = r.std()  # sample std of all 4 rewards
+    torch.testing.assert_close(
+        compute_deltas(r, "batch_normalized_rewards", eps=0.5), centered / (batch_std + 0.5)
+    )
+    pp_std = centered.std()  # std of the centred rewards over the batch
+    torch.testing.assert_close(
+        compute_deltas(r, "reinforce_pp_baseline", eps=0.5), centered / (pp_std + 0.5)
+    )
+    assert not torch.allclose(batch_std, pp_std)  # the two modes differ here
+    # both floor the batch std: std 0.01 < floor 1 -> divide by 1 + eps
+    tiny = torch.tensor([[0.0, 0.01], [0.0, 0.01]])
+    for mode in ("batch_normalized_rewards", "reinforce_pp_baseline"):
+        got = compute_deltas(tiny, mode, eps=0.25, std_floor=1.0)
+        torch.testing.assert_close(got, (tiny - tiny.mean(-1, keepdim=True)) / 1.25)
+        # default eps 1e-6 and floor 1e-3: std 0.0058 > floor
+        std = (tiny - (tiny.mean(-1, keepdim=True) if mode == "reinforce_pp_baseline" else 0)).std()
+        expected = (tiny - tiny.mean(-1, keepdim=True)) / (std + 1e-6)
+        torch.testing.assert_close(compute_deltas(tiny, mode), expected, rtol=1e-7, atol=0)
+
+
+@pytest.mark.parametrize("mode", ["batch_normalized_rewards", "reinforce_pp_baseline"])
+def test_batch_modes_need_two_rewards_and_one_prompt_with_two_is_enough(mode):
+    message = (
+        f"delta mode {mode!r} divides by the std over the batch and needs at least 2 "
+        "rewards, got rewards of shape [1, 1]"
+    )
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        compute_deltas(torch.ones(1, 1), mode)
+    two = compute_deltas(torch.tensor([[1.0], [3.0]]), mode, eps=0.0)  # G = 1, 2 prompts
+    assert two.tolist() == [[0.0], [0.0]]  # one sample per group: centred to 0
+
+
+def test_group_modes_need_two_samples_but_not_the_others():
+    one = torch.tensor([[1.0], [3.0]])
+    for mode in DELTA_MODES:
+        if mode in ("normalized_rewards", "loo_rewards"):
+            with pytest.raises(ValueError, match=f"^delta mode {mode!r} needs at least 2"):
+                compute_deltas(one, mode)
+        else:
+            compute_deltas(one, mode)
+
+
+def test_build_estimator_wraps_functions_and_builds_classes():
+    from pgrl_helpers.advantages import ADVANTAGE_ESTIMATORS, build_estimator
+    from pgrl_helpers.value import GAEEstimator
+
+    rollout = SimpleNamespace(rewards=torch.tensor(R))
+    config = SimpleNamespace(deltas_mode="loo_rewards")
+    group = build_estimator("group", None, config)
+    assert group.fn is ADVANTAGE_ESTIMATORS["group"] is group_baseline_deltas
+    assert torch.equal(group(rollout, config), compute_deltas(rollout.rewards, "loo_rewards"))
+    assert group.after_epoch(rollout) is None
+    calls = []
+
+    class Recorder:
+        def __init__(self, policy, config):
+            calls.append((policy, config))
+
+    ADVANTAGE_ESTIMATORS["recorder"] = Recorder
+    try:
+        built = build_estimator("recorder", "the policy", config)
+    finally:
+        del ADVANTAGE_ESTIMATORS["recorder"]
+    assert isinstance(built, Recorder) and calls == [("the policy", config)]
+    assert ADVANTAGE_ESTIMATORS["gae"] is GAEEstimator
+    with pytest.raises(KeyError):
+        build_estimator("critic", None, config)

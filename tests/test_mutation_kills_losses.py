@@ -8,6 +8,8 @@ argument. Deliberately NOT pinned: whether epsilon >= 1 is refused by the clippe
 
 from __future__ import annotations
 
+import math
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -15,11 +17,14 @@ import torch
 
 from pgrl_helpers.losses import (
     MAX_LOG_RATIO,
+    POLICY_OBJECTIVES,
     clip_fraction,
     clip_mask,
     compute_loss,
     compute_per_token_loss,
     compute_ratio,
+    sequence_level_objective,
+    sequence_log_ratio,
     token_level_objective,
 )
 
@@ -206,3 +211,228 @@ def test_token_level_objective_picks_old_log_probs_by_config():
     # the freeze pitfall on purpose: old = log_probs (attached), ratio 1, loss = -delta
     frozen = token_level_objective(log_probs, rollout, config(detach_old_log_probs=False))
     torch.testing.assert_close(frozen, -deltas[:, :, None].expand_as(frozen))
+
+
+# ---- the 2025 objectives: dual-clip, CISPO, SAPO, GSPO's sequence ratio -----------------
+
+
+def one_token(ratio: float, delta: float, **options):
+    """(loss, -d loss / d log pi) of one token with that ratio (float64), old = 0."""
+    log_probs = torch.full((1, 1, 1), math.log(ratio), dtype=torch.float64, requires_grad=True)
+    old = torch.zeros(1, 1, 1, dtype=torch.float64)
+    deltas = torch.full((1, 1), delta, dtype=torch.float64)
+    mode = options.pop("mode")
+    loss = compute_per_token_loss(log_probs, deltas, mode, old, **options)
+    (grad,) = torch.autograd.grad(loss.sum(), log_probs)
+    return loss.item(), -grad.item()
+
+
+def test_dual_clip_bounds_a_negative_delta_at_c_by_default():
+    # A = -1, r = 4 > c = 3: the objective is c A = -3 (loss 3), gradient 0
+    assert one_token(4.0, -1.0, mode="dual_clip") == pytest.approx((3.0, 0.0))
+    assert one_token(4.0, -1.0, mode="dual_clip", dual_clip_c=5.0) == pytest.approx((4.0, -4.0))
+    assert one_token(2.0, -1.0, mode="dual_clip") == pytest.approx((2.0, -2.0))  # r < c
+    # A > 0 is never bounded below by c A: PPO-clip's value
+    assert one_token(4.0, 1.0, mode="dual_clip") == pytest.approx((-1.2, 0.0))
+    assert one_token(4.0, 1.0, mode="clipped") == pytest.approx((-1.2, 0.0))
+
+
+def test_cispo_clips_the_weight_not_the_gradient():
+    loss, weight = one_token(1.5, 2.0, mode="cispo")
+    assert loss == pytest.approx(-1.2 * 2.0 * math.log(1.5)) and weight == pytest.approx(2.4)
+    loss, weight = one_token(0.5, -1.0, mode="cispo", epsilon=0.2, epsilon_high=0.3)
+    assert loss == pytest.approx(0.8 * math.log(0.5)) and weight == pytest.approx(-0.8)
+    assert one_token(1.5, 1.0, mode="cispo", epsilon_high=0.3)[1] == pytest.approx(1.3)
+
+
+def test_sapo_temperatures_by_sign_and_their_defaults():
+    for delta, tau in ((1.0, 1.0), (-1.0, 1.05)):
+        sig = 1 / (1 + math.exp(-tau * 0.5))  # r = 1.5
+        loss, weight = one_token(1.5, delta, mode="sapo")
+        assert loss == pytest.approx(-(4 / tau) * sig * delta)
+        assert weight == pytest.approx(4 * sig * (1 - sig) * 1.5 * delta)
+    loss, _ = one_token(1.5, 1.0, mode="sapo", sapo_temperature_pos=2.0)
+    assert loss == pytest.approx(-2 / (1 + math.exp(-1.0)))
+    loss, _ = one_token(1.5, -1.0, mode="sapo", sapo_temperature_neg=2.0)
+    assert loss == pytest.approx(2 / (1 + math.exp(-1.0)))
+
+
+def test_epsilon_is_checked_only_by_the_modes_that_clip():
+    bad = -0.5
+    for mode in ("clipped", "dual_clip", "cispo"):
+        with pytest.raises(
+            ValueError, match="^" + re.escape("epsilon must be a positive finite number, got -0.5")
+        ):
+            one_token(1.0, 1.0, mode=mode, epsilon=bad)
+    for mode in ("naive", "unclipped", "sapo"):
+        one_token(1.0, 1.0, mode=mode, epsilon=bad)
+
+
+@pytest.mark.parametrize(
+    "option, value, message",
+    [
+        ("dual_clip_c", 1.0, "dual_clip_c must be a finite number > 1, got 1.0"),
+        ("dual_clip_c", True, "dual_clip_c must be a finite number > 1, got True"),
+        ("dual_clip_c", math.inf, "dual_clip_c must be a finite number > 1, got inf"),
+        ("dual_clip_c", "3", "dual_clip_c must be a finite number > 1, got '3'"),
+        ("sapo_temperature_pos", 0.0, "sapo_temperature_pos must be a finite number > 0, got 0.0"),
+        ("sapo_temperature_neg", -1, "sapo_temperature_neg must be a finite number > 0, got -1"),
+        ("sapo_temperature_neg", math.nan, "sapo_temperature_neg must be a finite number > 0, got nan"),
+    ],
+)  # fmt: skip
+def test_objective_options_are_named(option, value, message):
+    mode = "dual_clip" if option == "dual_clip_c" else "sapo"
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        one_token(1.0, 1.0, mode=mode, **{option: value})
+    one_token(1.0, 1.0, mode=mode, **{option: 1.0001})  # just above the bound is fine
+
+
+def test_options_of_other_modes_are_not_checked():
+    one_token(1.0, 1.0, mode="clipped", dual_clip_c=0.5, sapo_temperature_pos=-1.0)
+    one_token(1.0, 1.0, mode="sapo", dual_clip_c=0.5)
+    one_token(1.0, 1.0, mode="dual_clip", sapo_temperature_neg=-1.0)
+
+
+def test_sequence_log_ratio_by_hand_with_and_without_mask():
+    log_probs = torch.tensor([[[-1.0, -2.0, -3.0], [-1.0, -1.0, -1.0]]], dtype=torch.float64)
+    old = torch.tensor([[[-2.0, -2.5, 9.0], [-1.5, -1.0, -0.5]]], dtype=torch.float64)
+    mask = torch.tensor([[[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]]])
+    got = sequence_log_ratio(log_probs, old, mask)
+    assert got.dtype == torch.float64 and got.shape == (1, 2, 1)
+    torch.testing.assert_close(got, torch.tensor([[[0.75], [0.0]]], dtype=torch.float64))
+    torch.testing.assert_close(sequence_log_ratio(log_probs, old, mask.bool()), got)
+    nan_old = old.clone()
+    nan_old[0, 0, 2] = math.nan  # padding: selected away, never multiplied by 0
+    torch.testing.assert_close(sequence_log_ratio(log_probs, nan_old, mask), got)
+    message = "log_probs and old_log_probs must have the same shape, got [1, 2, 3] and [1, 2, 2]"
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        sequence_log_ratio(log_probs, old[..., :2])
+    full = sequence_log_ratio(log_probs, old)
+    torch.testing.assert_close(full, torch.tensor([[[-3.5], [0.0]]], dtype=torch.float64))
+
+
+def test_sequence_level_ratio_is_clamped_on_both_sides():
+    for sign in (1.0, -1.0):
+        log_probs = torch.full((1, 1, 2), sign * 30.0)
+        loss = compute_per_token_loss(
+            log_probs, torch.ones(1, 1), "unclipped", torch.zeros(1, 1, 2),
+            importance_sampling_level="sequence",
+        )  # fmt: skip
+        # compared in log space: exp(-20) and exp(-30) are both ~0 on a linear scale
+        torch.testing.assert_close((-loss).log(), torch.full((1, 1, 2), sign * MAX_LOG_RATIO))
+
+
+def test_mask_checks_and_messages():
+    lp, old = torch.zeros(1, 2, 3), torch.zeros(1, 2, 3)
+    deltas = torch.ones(1, 2)
+    with pytest.raises(
+        ValueError,
+        match="^" + re.escape(
+            "unknown importance_sampling_level 'group'; valid modes are: token, sequence"
+        ),
+    ):  # fmt: skip
+        compute_per_token_loss(lp, deltas, "clipped", old, importance_sampling_level="group")
+    with pytest.raises(ValueError, match=r"^log_probs and mask must have the same shape"):
+        compute_per_token_loss(lp, deltas, "clipped", old, mask=torch.ones(1, 2, 2))
+    with pytest.raises(ValueError, match=r"^mask must hold only 0 and 1 \(or be bool\)$"):
+        compute_per_token_loss(lp, deltas, "clipped", old, mask=torch.full((1, 2, 3), 0.5))
+    empty_row = torch.tensor([[[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]])
+    message = (
+        "mask: importance_sampling_level 'sequence' averages each response's log-ratio over "
+        "its real tokens, but some response has none (an all-zero mask row)"
+    )
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        compute_per_token_loss(
+            lp, deltas, "clipped", old, importance_sampling_level="sequence", mask=empty_row
+        )
+    # the token level does not read the mask's rows: an empty response is fine there
+    compute_per_token_loss(lp, deltas, "clipped", old, mask=empty_row)
+    compute_per_token_loss(lp, deltas, "clipped", old, mask=empty_row.bool())
+
+
+def test_return_clip_mask_combinations():
+    lp, old, deltas = torch.zeros(1, 1, 2), torch.zeros(1, 1, 2), torch.ones(1, 1)
+    for mode in ("naive", "unclipped"):
+        loss, mask = compute_per_token_loss(lp, deltas, mode, old, return_clip_mask=True)
+        assert mask.dtype == torch.int8 and mask.shape == (1, 1, 2) and not mask.any()
+    for mode, level in (("cispo", "token"), ("dual_clip", "token"), ("clipped", "sequence")):
+        message = (
+            "return_clip_mask supports token-level naive / unclipped / clipped only, got mode "
+            f"{mode!r} with importance_sampling_level {level!r}"
+        )
+        with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+            compute_per_token_loss(
+                lp, deltas, mode, old, return_clip_mask=True, importance_sampling_level=level
+            )
+
+
+def test_compute_loss_passes_the_options_and_refuses_a_mask():
+    lp = torch.log(torch.tensor([[[4.0, 2.0]]]))
+    old, deltas = torch.zeros(1, 1, 2), torch.tensor([[-1.0]])
+    got = compute_loss(lp, deltas, "dual_clip", old, dual_clip_c=3.5)
+    assert got.item() == pytest.approx((3.5 + 2.0) / 2)
+    message = (
+        "compute_loss takes the plain mean over every slot; with a mask use "
+        "compute_per_token_loss(..., mask=mask) and masking.aggregate_loss"
+    )
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        compute_loss(lp, deltas, "clipped", old, mask=torch.ones(1, 1, 2))
+
+
+def _config(**fields):
+    base = dict(
+        loss_mode="clipped", detach_old_log_probs=True, epsilon=0.2, epsilon_high=None,
+        dual_clip_c=3.0, sapo_temperature_pos=1.0, sapo_temperature_neg=1.05,
+    )  # fmt: skip
+    return SimpleNamespace(**{**base, **fields})
+
+
+def test_the_loop_objectives_pass_every_config_field():
+    gen = torch.Generator().manual_seed(0)
+    log_probs = -torch.rand(2, 3, 4, generator=gen, dtype=torch.float64) * 2
+    old = log_probs + torch.randn(2, 3, 4, generator=gen, dtype=torch.float64)
+    mask = torch.tensor([1.0, 1.0, 1.0, 0.0]).expand(2, 3, 4)
+    rollout = SimpleNamespace(old_log_probs=old, deltas=torch.randn(2, 3, generator=gen), mask=mask)
+    cases = [
+        dict(loss_mode="dual_clip", dual_clip_c=1.5, epsilon=0.1, epsilon_high=0.4),
+        dict(loss_mode="sapo", sapo_temperature_pos=3.0, sapo_temperature_neg=0.5),
+        dict(loss_mode="cispo", epsilon=0.3, epsilon_high=0.05),
+    ]
+    for fields in cases:
+        config = _config(**fields)
+        options = {k: v for k, v in fields.items() if k != "loss_mode"}
+        for level, objective in POLICY_OBJECTIVES.items():
+            got = objective(log_probs, rollout, config)
+            want = compute_per_token_loss(
+                log_probs, rollout.deltas, config.loss_mode, old, importance_sampling_level=level,
+                mask=mask if level == "sequence" else None, **options,
+            )  # fmt: skip
+            torch.testing.assert_close(got, want)
+    # the sequence level averages over the mask's real tokens only
+    config = _config(loss_mode="unclipped")
+    seq = sequence_level_objective(log_probs, rollout, config)
+    unmasked = compute_per_token_loss(
+        log_probs, rollout.deltas, "unclipped", old, importance_sampling_level="sequence"
+    )
+    assert not torch.allclose(seq, unmasked)
+
+
+@pytest.mark.parametrize("mode", ["naive", "unclipped", "clipped", "dual_clip", "cispo", "sapo"])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_per_token_deltas_equal_broadcast_per_response_ones(mode, level):
+    gen = torch.Generator().manual_seed(1)
+    log_probs = -torch.rand(2, 3, 4, generator=gen, dtype=torch.float64) * 2
+    old = log_probs + 0.5 * torch.randn(2, 3, 4, generator=gen, dtype=torch.float64)
+    deltas = torch.randn(2, 3, generator=gen, dtype=torch.float64)
+    options = dict(importance_sampling_level=level)
+    per_response = compute_per_token_loss(log_probs, deltas, mode, old, **options)
+    per_token = compute_per_token_loss(
+        log_probs, deltas[..., None].expand(2, 3, 4), mode, old, **options
+    )
+    assert per_token.shape == per_response.shape == (2, 3, 4)
+    torch.testing.assert_close(per_token, per_response)
+
+
+def test_deltas_must_be_a_tensor():
+    with pytest.raises(TypeError, match="^deltas must be a torch.Tensor, got list$"):
+        compute_per_token_loss(torch.zeros(1, 2, 3), [[1.0, 2.0]], "naive")

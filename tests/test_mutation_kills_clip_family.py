@@ -1,0 +1,111 @@
+"""clip_family: the cases mutation testing found unchecked (tests/MUTATION.md).
+
+Each closed form at its edges (the clip bounds belong to the kept side, the dual-clip bound
+c too), SAPO's weight 1 at r = 1 and its two temperatures, autograd against the formulas on a
+grid, and the figure: one curve per family member per panel, drawn from the formulas, with
+labelled axes and titles.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from matplotlib.figure import Figure
+
+from pgrl_helpers import clip_family as cf
+
+
+@pytest.mark.parametrize(
+    "name, ratio, sign, weight",
+    [
+        ("PPO-clip", 1.2, 1, 1.2),  # r == 1 + eps: still the unclipped branch
+        ("PPO-clip", 1.2000001, 1, 0.0),
+        ("PPO-clip", 0.8, -1, 0.8),  # r == 1 - eps
+        ("PPO-clip", 0.7999999, -1, 0.0),
+        ("PPO-clip", 0.5, 1, 0.5),
+        ("PPO-clip", 5.0, -1, 5.0),
+        ("clip-higher", 1.28, 1, 1.28),
+        ("clip-higher", 1.2800001, 1, 0.0),
+        ("clip-higher", 0.8, -1, 0.8),
+        ("clip-higher", 0.79, -1, 0.0),
+        ("dual-clip", 3.0, -1, 3.0),  # r == c: the bound c A does not bind yet
+        ("dual-clip", 3.0001, -1, 0.0),
+        ("dual-clip", 3.5, 1, 0.0),
+        ("dual-clip", 1.1, 1, 1.1),
+        ("CISPO", 5.0, 1, 2.0),  # capped at 1 + eps_high = 2
+        ("CISPO", 0.01, -1, 0.01),  # no lower clip (eps = 1)
+        ("CISPO", 1.5, -1, 1.5),
+        ("GSPO", 1.0004, 1, 1.0004),
+        ("GSPO", 1.00041, 1, 0.0),
+        ("GSPO", 0.9997, -1, 0.9997),
+        ("GSPO", 0.99969, -1, 0.0),
+        ("SAPO", 1.0, 1, 1.0),
+        ("SAPO", 1.0, -1, 1.0),
+    ],
+)  # fmt: skip
+def test_weight_formula_at_the_edges(name, ratio, sign, weight):
+    assert cf.weight_formula(name, ratio, sign) == pytest.approx(weight, abs=1e-12)
+
+
+def test_sapo_uses_tau_pos_for_a_gain_and_tau_neg_for_a_loss():
+    for sign, tau in ((1, 1.0), (-1, 1.05)):
+        sig = 1 / (1 + math.exp(-tau * 1.0))  # r = 2
+        assert cf.weight_formula("SAPO", 2.0, sign) == pytest.approx(4 * sig * (1 - sig) * 2.0)
+    assert cf.weight_formula("SAPO", 2.0, 1) != pytest.approx(cf.weight_formula("SAPO", 2.0, -1))
+
+
+def test_autograd_agrees_with_every_formula_on_a_grid():
+    ratios = [0.05, 0.5, 0.75, 0.85, 0.99, 1.0, 1.0002, 1.1, 1.25, 1.5, 1.9, 2.5, 3.5, 8.0]
+    for name in cf.CLIP_FAMILY:
+        for sign in (1, -1):
+            for r in ratios:
+                got = cf.autograd_weight(name, r, sign)
+                assert got == pytest.approx(cf.weight_formula(name, r, sign), abs=1e-9), (
+                    name,
+                    r,
+                    sign,
+                )
+
+
+def test_the_figure_draws_every_formula_in_both_panels():
+    ratios = [0.5, 1.0, 1.25, 2.5, 4.0]
+    axes = Figure().subplots(1, 2)  # no pyplot: no backend, no global state
+    cf.plot_clip_family(ratios, axes)
+    for ax, sign, title in zip(axes, (1, -1), ("A > 0", "A < 0")):
+        lines = [line for line in ax.get_lines() if line.get_label() in cf.CLIP_FAMILY]
+        assert [line.get_label() for line in lines] == list(cf.CLIP_FAMILY)
+        for line in lines:
+            assert list(line.get_xdata()) == ratios
+            expected = [cf.weight_formula(line.get_label(), r, sign) for r in ratios]
+            assert list(line.get_ydata()) == expected
+        # every curve has its own look (style, width, opacity, colour)
+        looks = {
+            (ln.get_linestyle(), ln.get_linewidth(), ln.get_alpha(), ln.get_color()) for ln in lines
+        }
+        assert len(looks) == len(lines)
+        assert ax.get_title() == title
+        assert ax.get_xlabel() == "ratio r = pi / pi_old (GSPO: sequence ratio s)"
+        assert ax.get_ylabel() == "gradient weight w(r) (naive = 1)"
+        marker = [ln for ln in ax.get_lines() if ln not in lines]
+        assert len(marker) == 1 and list(marker[0].get_xdata()) == [1.0, 1.0]
+        assert marker[0].get_color() == "grey" and marker[0].get_linewidth() == 0.5
+    legend = axes[0].get_legend()
+    assert legend is not None and axes[1].get_legend() is None
+    assert [t.get_text() for t in legend.get_texts()] == list(cf.CLIP_FAMILY)
+    assert legend.get_texts()[0].get_fontsize() == 8
+
+
+def test_the_figure_styles():
+    """PPO-clip is a wide translucent band under clip-higher's dashes (they coincide for
+    A < 0); dual-clip dotted; GSPO dash-dotted."""
+    axes = Figure().subplots(1, 2)  # no pyplot: no backend, no global state
+    cf.plot_clip_family([1.0, 2.0], axes)
+    looks = [
+        (ln.get_linestyle(), ln.get_linewidth(), ln.get_alpha())
+        for ln in axes[1].get_lines()[: len(cf.CLIP_FAMILY)]
+    ]
+    assert looks == [
+        ("-", 6, 0.35), ("--", 2.5, 0.9), (":", 3, 1.0), ("-", 1.5, 1.0), ("-", 1.5, 1.0),
+        ("-.", 2, 1.0),
+    ]  # fmt: skip

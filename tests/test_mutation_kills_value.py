@@ -1,0 +1,283 @@
+"""value: the cases mutation testing found unchecked (tests/MUTATION.md).
+
+The critic's values against the trunk computed by hand, its defaults and seeding, the value
+loss's clip on both sides and its 0.5, the combined loss's defaults, build_critic's mapping
+of the config, GAEEstimator's learning rate, whitening and critic steps, the memory count
+by hand, and error messages matched from their start so that they name the argument.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+import torch
+from torch import nn
+
+from pgrl_helpers.autoregressive import AutoregressiveSortPolicy
+from pgrl_helpers.config import TrainConfig
+from pgrl_helpers.gae import compute_gae, outcome_token_rewards, whiten
+from pgrl_helpers.value import (
+    AutoregressiveValueModel,
+    GAEEstimator,
+    ValueHead,
+    build_critic,
+    measured_memory,
+    ppo_combined_loss,
+    value_loss,
+)
+
+PROMPTS = torch.tensor([[1, 0, 2], [3, 3, 0]])
+RESPONSES = torch.tensor(
+    [[[0, 1, 4, 2, 2], [3, 4, 0, 0, 1]], [[2, 2, 2, 4, 0], [1, 0, 3, 2, 4]]]
+)  # [2, 2, 5]; 4 is EOS (vocab 4)
+
+
+def by_hand(trunk, head, prompts, responses):
+    """V at slot t from the trunk's hidden state after prompt + SEP + response[:t]."""
+    out = torch.zeros(responses.shape)
+    for b in range(responses.shape[0]):
+        for g in range(responses.shape[1]):
+            tokens = torch.cat([prompts[b], torch.tensor([trunk.sep_token]), responses[b, g, :-1]])[
+                None
+            ]
+            x = trunk.embedding(tokens) + trunk.position[: tokens.shape[1]]
+            for block in trunk.blocks:
+                x = block(x)
+            x = trunk.final_norm(x)
+            out[b, g] = head(x[0, prompts.shape[1] :]).squeeze(-1)
+    return out
+
+
+def test_critic_values_equal_the_trunk_and_head_by_hand():
+    model = AutoregressiveValueModel(4, 3, 5, d_model=8, num_layers=2, num_heads=2, seed=3)
+    values = model.values(PROMPTS, RESPONSES.int())
+    torch.testing.assert_close(values, by_hand(model.trunk, model.head, PROMPTS, RESPONSES))
+    assert not hasattr(model.trunk, "unembed") and model.prompt_length == 3
+
+
+def test_value_head_equals_the_policy_trunk_by_hand():
+    policy = AutoregressiveSortPolicy(4, 3, 5, d_model=8, num_layers=1, num_heads=2, seed=0)
+    head = ValueHead(8, seed=5)
+    values = head.values(policy, PROMPTS, RESPONSES)
+    torch.testing.assert_close(values, by_hand(policy, head.head, PROMPTS, RESPONSES))
+
+
+def test_critic_defaults_and_seeding():
+    model = AutoregressiveValueModel(4, 3, 5, seed=0)
+    policy = AutoregressiveSortPolicy(4, 3, 5, seed=0)  # d_model 64, 2 layers, 4 heads
+    assert model.head.in_features == 64 and len(model.trunk.blocks) == 2
+    for a, b in zip(model.trunk.parameters(), policy.parameters()):  # the same trunk
+        assert torch.equal(a, b)
+    torch.manual_seed(1)  # the head is seeded with seed + 1
+    expected = nn.Linear(64, 1)
+    assert torch.equal(model.head.weight, expected.weight)
+    assert torch.equal(model.head.bias, expected.bias)
+    state = torch.random.get_rng_state()
+    AutoregressiveValueModel(4, 3, 5, d_model=8, num_layers=1, num_heads=2, seed=7)
+    ValueHead(8, seed=7)
+    assert torch.equal(torch.random.get_rng_state(), state)  # seeded: global RNG untouched
+    torch.manual_seed(11)
+    a = AutoregressiveValueModel(4, 3, 5, d_model=8, num_layers=1, num_heads=2)
+    b = ValueHead(8)
+    torch.manual_seed(11)
+    c = AutoregressiveValueModel(4, 3, 5, d_model=8, num_layers=1, num_heads=2)
+    d = ValueHead(8)
+    assert torch.equal(a.head.weight, c.head.weight) and torch.equal(b.head.weight, d.head.weight)
+    assert not torch.equal(a.head.weight, AutoregressiveValueModel(4, 3, 5, 8, 1, 2).head.weight)
+    torch.manual_seed(9)
+    assert torch.equal(ValueHead(8, seed=9).head.weight, nn.Linear(8, 1).weight)
+
+
+def test_responses_must_be_3d():
+    model = AutoregressiveValueModel(4, 3, 5, d_model=8, num_layers=1, num_heads=2, seed=0)
+    with pytest.raises(
+        ValueError, match=re.escape("responses must have shape [batch, trial, pos] (3 dims)")
+    ):
+        model.values(PROMPTS, RESPONSES[0])
+
+
+MASK = torch.tensor([[[1.0, 1.0, 1.0, 0.0]]])
+RETURNS = torch.tensor([[[1.0, 1.0, -1.0, 50.0]]])
+OLD = torch.zeros(1, 1, 4)
+
+
+def test_value_loss_clips_both_sides_and_halves():
+    values = torch.tensor([[[0.5, 3.0, -3.0, 9.0]]], requires_grad=True)
+    # slot 0: 0.25 vs clip 0.2 -> 0.64; slot 1: 4 vs clip 0.2 -> 0.64 (max 4);
+    # slot 2: 4 vs clip -0.2 -> 0.64 (max 4): the clip acts on both sides of old_V
+    loss = value_loss(values, OLD, RETURNS, MASK, value_clip=0.2)
+    torch.testing.assert_close(loss, torch.tensor(0.5 * (0.64 + 4 + 4) / 3))
+    up = value_loss(torch.tensor([[[1.5, 0.0, 0.0, 0.0]]]), OLD, RETURNS, MASK, value_clip=1)
+    torch.testing.assert_close(up, torch.tensor(0.5 * (0.25 + 1 + 1) / 3))
+    down = value_loss(torch.tensor([[[0.0, 0.0, -2.0, 0.0]]]), OLD, RETURNS, MASK, value_clip=1)
+    torch.testing.assert_close(down, torch.tensor(0.5 * (1 + 1 + 1) / 3))
+    # the lower clip binds in the max: V = -1 is 1 below old_V, R = -5 below both
+    one = torch.tensor([[[1.0, 0.0, 0.0, 0.0]]])
+    low = value_loss(-one, OLD, -5 * one, one, value_clip=0.2)
+    torch.testing.assert_close(low, torch.tensor(0.5 * 4.8**2))
+    plain = value_loss(values, OLD, RETURNS, MASK)
+    torch.testing.assert_close(plain, torch.tensor(0.5 * (0.25 + 4 + 4) / 3))
+
+
+@pytest.mark.parametrize("clip", [0, 0.0, -0.1, True, math.inf, math.nan, "0.2"])
+def test_a_bad_value_clip_is_named(clip):
+    with pytest.raises(
+        ValueError,
+        match="^" + re.escape(f"value_clip must be a positive finite number or None, got {clip!r}"),
+    ):
+        value_loss(torch.zeros(1, 1, 4), OLD, RETURNS, MASK, value_clip=clip)
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_value_loss_names_the_bad_tensor(which):
+    name = ("values", "old_values", "returns")[which]
+    args = [torch.zeros(1, 1, 4), OLD, RETURNS]
+    short = list(args)
+    short[which] = args[which][..., :3]
+    message = f"{name} and mask must have the same shape, got [1, 1, 3] and [1, 1, 4]"
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        value_loss(*short, MASK)
+    flat = list(args)
+    flat[which] = args[which][0]
+    with pytest.raises(
+        ValueError, match="^" + re.escape(f"{name} must have shape [batch, trial, pos]")
+    ):
+        value_loss(*flat, MASK)
+    bad = list(args)
+    bad[which] = args[which].clone()
+    bad[which][0, 0, 3] = math.nan
+    with pytest.raises(ValueError, match=f"^{name} contains 1 non-finite"):
+        value_loss(*bad, MASK)
+
+
+def test_value_loss_mask_must_be_a_prefix_mask():
+    with pytest.raises(ValueError, match="^mask has holes"):
+        value_loss(torch.zeros(1, 1, 4), OLD, RETURNS, torch.tensor([[[1.0, 0.0, 1.0, 0.0]]]))
+
+
+def test_combined_loss_defaults_and_entropy():
+    policy, critic, entropy = torch.tensor(1.0), torch.tensor(4.0), torch.tensor(3.0)
+    assert ppo_combined_loss(policy, critic).item() == 3.0  # c1 = 0.5, no entropy
+    assert ppo_combined_loss(policy, critic, 1.0, entropy).item() == 5.0  # c2 = 0 default
+    assert ppo_combined_loss(policy, critic, 0, entropy, entropy_coef=0.5).item() == -0.5
+    assert ppo_combined_loss(policy, critic, 2, entropy, entropy_coef=0.5).item() == 7.5
+    for bad in (-0.1, math.inf, math.nan, "1"):
+        with pytest.raises(
+            ValueError, match="^" + re.escape(f"value_coef must be >= 0 and finite, got {bad!r}")
+        ):
+            ppo_combined_loss(policy, critic, bad)
+
+
+def test_build_critic_maps_the_config():
+    config = TrainConfig(
+        model="autoregressive", task="sort_dedup", prompt_source="random", prompt_length=3,
+        vocab_size=4, max_response_length=5, embedding_dim=12, num_layers=3, num_heads=3, seed=4,
+    )  # fmt: skip
+    model = build_critic(config)
+    expected = AutoregressiveValueModel(4, 3, config.response_length, 12, 3, 3, seed=4)
+    assert len(list(model.parameters())) == len(list(expected.parameters()))
+    for a, b in zip(model.parameters(), expected.parameters()):
+        assert a.shape == b.shape and torch.equal(a, b)
+    # the head count does not change the parameters' shapes, only the attention
+    torch.testing.assert_close(
+        model.values(PROMPTS, RESPONSES), expected.values(PROMPTS, RESPONSES)
+    )
+    four_heads = AutoregressiveValueModel(4, 3, config.response_length, 12, 3, 4, seed=4)
+    assert not torch.allclose(
+        model.values(PROMPTS, RESPONSES), four_heads.values(PROMPTS, RESPONSES)
+    )
+
+
+PPO = TrainConfig(
+    model="autoregressive", task="sort_dedup", prompt_source="random", prompt_length=3,
+    vocab_size=4, embedding_dim=8, num_layers=1, num_heads=2, reward_fn="dedup_position_reward",
+    num_responses=2, num_steps_per_epoch=3, learning_rate=1e-3, advantage_estimator="gae",
+    whiten_advantages=False, value_clip=None,
+)  # fmt: skip
+
+
+def _rollout():
+    mask = (RESPONSES != 4).cumprod(-1).float()
+    mask = torch.cat([torch.ones_like(mask[..., :1]), mask[..., :-1]], dim=-1)  # EOS counts
+    return SimpleNamespace(
+        prompts=PROMPTS, responses=RESPONSES, mask=mask,
+        rewards=torch.tensor([[1.0, -2.0], [0.5, 3.0]]),
+    )  # fmt: skip
+
+
+def test_gae_estimator_learning_rate_deltas_and_critic_steps():
+    est = GAEEstimator(None, PPO)
+    with pytest.raises(
+        ValueError, match="^after_epoch called before the estimator made this epoch's deltas$"
+    ):
+        est.after_epoch(_rollout())  # a call-order mistake gets a clear error
+    assert est.optimizer.param_groups[0]["lr"] == 1e-3  # critic lr None: the policy's
+    assert (
+        GAEEstimator(None, replace(PPO, critic_learning_rate=0.5)).optimizer.param_groups[0]["lr"]
+        == 0.5
+    )
+    rollout = _rollout()
+    with torch.no_grad():
+        old = est.critic.values(PROMPTS, RESPONSES)
+    adv, returns = compute_gae(
+        outcome_token_rewards(rollout.rewards, rollout.mask), old, rollout.mask,
+        PPO.gamma, PPO.gae_lambda,
+    )  # fmt: skip
+    torch.testing.assert_close(est(rollout, PPO), adv)
+    # gamma and lambda come from the config (not the defaults 1 and 0.95)
+    other = replace(PPO, gamma=0.9, gae_lambda=0.5)
+    adv2, _ = compute_gae(
+        outcome_token_rewards(rollout.rewards, rollout.mask), old, rollout.mask, 0.9, 0.5
+    )
+    torch.testing.assert_close(est(rollout, other), adv2)
+    white = replace(PPO, whiten_advantages=True)
+    torch.testing.assert_close(est(rollout, white), whiten(adv, rollout.mask))
+    # after_epoch: num_steps_per_epoch Adam steps on the value loss, mean loss logged
+    twin = GAEEstimator(None, PPO)
+    losses = []
+    for _ in range(3):
+        loss = value_loss(twin.critic.values(PROMPTS, RESPONSES), old * rollout.mask, returns,
+                          rollout.mask)  # fmt: skip
+        twin.optimizer.zero_grad()
+        loss.backward()
+        twin.optimizer.step()
+        losses.append(loss.item())
+    est.after_epoch(rollout)
+    assert est.value_losses == [pytest.approx(sum(losses) / 3, rel=1e-6)]
+    for a, b in zip(est.critic.parameters(), twin.critic.parameters()):
+        torch.testing.assert_close(a, b)
+    with pytest.raises(
+        ValueError, match="^after_epoch got a different rollout than the deltas were made for$"
+    ):
+        est.after_epoch(_rollout())
+
+
+def test_gae_estimator_passes_value_clip_to_the_loss():
+    clipped = replace(PPO, value_clip=1e-3, num_steps_per_epoch=2)
+    rollout = _rollout()
+    a, b = GAEEstimator(None, clipped), GAEEstimator(None, replace(clipped, value_clip=None))
+    a(rollout, clipped)
+    b(rollout, clipped)
+    a.after_epoch(rollout)
+    b.after_epoch(rollout)
+    assert a.value_losses[0] != pytest.approx(b.value_losses[0], rel=1e-6)
+
+
+def test_measured_memory_by_hand():
+    module = nn.Linear(3, 2)  # 8 float32 parameters
+    assert measured_memory(module) == {
+        "params": 8, "weights": 32, "grads": 0, "optimizer": 0, "total": 32,
+    }  # fmt: skip
+    module.weight.grad = torch.zeros(2, 3)  # only one gradient so far
+    assert measured_memory(module)["grads"] == 24
+    optimizer = torch.optim.Adam(module.parameters())
+    assert measured_memory(module, optimizer)["optimizer"] == 0  # no state before a step
+    module(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    got = measured_memory(module.double(), optimizer)
+    # double() replaced nothing in the optimizer state: exp_avg + exp_avg_sq in float32
+    assert got == {"params": 8, "weights": 64, "grads": 64, "optimizer": 64, "total": 192}
