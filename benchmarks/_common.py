@@ -83,10 +83,12 @@ def train_to_target(
     ``test_exact_sort_at_target`` is the test set's score when validation first reached the
     target, ``test_exact_sort`` its score at the end, a set the rule never reads. With
     ``epochs_after_target`` > 0 the run keeps training that many epochs after the target
-    (``max_seconds`` caps only the time to reach it); ``largest_drop_after_target`` is the
+    (``max_seconds``, this process's CPU seconds so that a loaded machine does not cut runs
+    short, caps only the time to reach it); ``largest_drop_after_target`` is the
     largest fall of validation exact-sort below its value at the target (0 by construction
     when the run stops at the target). ``seconds`` is the wall time to the target (or to the
-    cap), evaluations included; ``seconds_total`` includes the epochs after it.
+    cap), evaluations included (``cpu_seconds``: CPU time of the same span); ``seconds_total``
+    includes the epochs after it.
     """
     from dataclasses import replace
 
@@ -95,17 +97,19 @@ def train_to_target(
     config = replace(
         config, target_heldout_exact_sort=target, epochs_after_target=epochs_after_target
     )
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     at_target: dict = {}
 
     def stop_or_time(epoch, history) -> bool:
         if history.target_epoch is not None:
             at_target.setdefault("seconds", time.perf_counter() - start)
+            at_target.setdefault("cpu_seconds", time.process_time() - cpu_start)
             return False
-        return time.perf_counter() - start > max_seconds
+        return time.process_time() - cpu_start > max_seconds
 
     history = run_policy_gradient(config, callback=stop_or_time)
     seconds_total = time.perf_counter() - start
+    cpu_total = time.process_time() - cpu_start
     evals = history.evals()
     per_response = config.batch_prompts * config.num_responses
     curve = [  # (responses sampled, validation exact, test exact)
@@ -119,6 +123,7 @@ def train_to_target(
         "reached": reached,
         "seconds": at_target.get("seconds", seconds_total),
         "seconds_total": seconds_total,
+        "cpu_seconds": at_target.get("cpu_seconds", cpu_total),
         "epochs": epochs,
         "epochs_total": evals[-1]["epoch"],
         "epochs_after_target": epochs_after_target,
