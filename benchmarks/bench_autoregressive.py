@@ -13,6 +13,7 @@ Also reports the response length at the end against the length of correct answer
 
 from __future__ import annotations
 
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
 import matplotlib
@@ -77,13 +78,17 @@ def run(config: TrainConfig, max_seconds: float) -> dict:
     }
 
 
+def run_seed(seed: int) -> dict:
+    setup()
+    return run(replace(CONFIG, seed=seed), max_seconds=1.5 * BUDGET_SECONDS) | {"seed": seed}
+
+
 def main() -> None:
     setup()
-    runs = []
-    for seed in SEEDS:
-        result = run(replace(CONFIG, seed=seed), max_seconds=1.5 * BUDGET_SECONDS)
-        result["seed"] = seed
-        runs.append(result)
+    with ProcessPoolExecutor(len(SEEDS)) as pool:  # one process per seed
+        runs = list(pool.map(run_seed, SEEDS))
+    for result in runs:
+        seed = result["seed"]
         print(
             f"seed {seed}: reached={result['reached']} in {result['seconds']:.1f} s, "
             f"{result['epochs']} epochs, test exact {result['test_exact']:.3f}, "

@@ -82,3 +82,12 @@ def test_bad_epochs_after_target_is_refused_by_name(value, target):
     config = TrainConfig(epochs_after_target=value, target_heldout_exact_sort=target)
     with pytest.raises(ValueError, match="epochs_after_target"):
         config.validate()
+
+
+def test_curve_after_target_starts_at_the_first_evaluation_at_the_target():
+    from pgrl_helpers.bench_results import curve_after_target, load_result
+
+    run = {"curve": [(0, 0.1, 0.1), (100, 0.996, 0.9), (200, 0.5, 0.5), (300, 1.0, 1.0)]}
+    assert curve_after_target(run, 0.995) == ([0, 100, 200], [0.996, 0.5, 1.0])
+    path, result = load_result("no_such_benchmark")
+    assert result is None and path.name == "no_such_benchmark.json"
