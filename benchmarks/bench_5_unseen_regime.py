@@ -31,7 +31,9 @@ from pgrl_helpers.training import TrainConfig, build_model, run_policy_gradient 
 
 SEEDS = (0, 1, 2)
 GOALS = (0.95, 0.99)
-MAX_CPU_SECONDS = float(os.environ.get("BENCH5_MAX_CPU_SECONDS", 120))
+#: 40 CPU s per seed: what the shared machine allowed when this was measured (load ~35 on 2
+#: cores); BENCH5_MAX_CPU_SECONDS=600 runs the issue's full 10 minutes per seed.
+MAX_CPU_SECONDS = float(os.environ.get("BENCH5_MAX_CPU_SECONDS", 40))
 NAME = "unseen_regime"
 
 CONFIG = TrainConfig(
