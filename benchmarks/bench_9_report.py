@@ -308,7 +308,9 @@ def stability_section(r: dict) -> str:
             r["table"],
             "",
             f"{base}: largest drop {drops[base]:.3f} (max over seeds); smallest worst-seed drop: "
-            f"{best} ({drops[best]:.3f}).",
+            f"{best} ({drops[best]:.3f}). The {base} row is section 3's runs cut at "
+            f"{r['epochs_after_target']} epochs after the target (training is deterministic, "
+            "so this equals a run stopped there); its wall times are section 3's.",
         ]
     )
 
@@ -363,6 +365,10 @@ def autoregressive_section(r: dict) -> str:
             r["table"],
             "",
             f"**{r['verdict']}**",
+            "",
+            "CPU seconds to the target (or to the 90 CPU s cap), per seed: "
+            + ", ".join(f"{run.get('cpu_seconds', float('nan')):.0f}" for run in r["runs"])
+            + "; the wall times above include waiting for the shared cores.",
         ]
     )
 
