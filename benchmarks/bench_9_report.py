@@ -195,8 +195,10 @@ def scaling_section(r: dict) -> str:
     five = next(x for x in s if x["length"] == 5)
     lines.append(
         f"Learning from a reward costs {min(ratios):.0f}-{max(ratios):.0f} sampled responses "
-        "per labelled example SFT needs, and the gap widens with length: a sampled "
-        "response returns one number (its reward), a labelled example the whole answer. "
+        "per labelled example SFT needs"
+        + (", and the gap widens with length" if ratios == sorted(ratios) else "")
+        + ": a sampled response returns one number (its reward), a labelled example the "
+        "whole answer. "
         f"GRPO's cost grows from {s[0]['grpo_responses']:.0f} responses at length "
         f"{s[0]['length']} to {s[-1]['grpo_responses']:.0f} at length {s[-1]['length']}, "
         f"SFT's from {s[0]['sft_examples']:.0f} to {s[-1]['sft_examples']:.0f} examples. "
