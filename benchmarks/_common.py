@@ -72,49 +72,74 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def train_to_target(config, target: float = 0.99, max_seconds: float = 240.0) -> dict:
+def train_to_target(
+    config, target: float = 0.99, max_seconds: float = 240.0, epochs_after_target: int = 0
+) -> dict:
     """Run GRPO until greedy exact-sort on the loop's VALIDATION set reaches ``target``.
 
     The loop holds out validation and test prompts by the task's key (for 'sort' with random
     prompts: the multiset), so no training batch contains a validation or test multiset.
     The stopping rule is the loop's own (``target_heldout_exact_sort``, validation only);
-    the reported ``test_exact_sort`` is the test set's score at the stop, a set the rule
-    never reads. ``largest_drop_after_target`` is the largest fall of validation exact-sort
-    below its value when it first reached the target (0 when the run stops at the target).
-    Wall time covers everything from the call to the stop, evaluations included.
+    ``test_exact_sort_at_target`` is the test set's score when validation first reached the
+    target, ``test_exact_sort`` its score at the end, a set the rule never reads. With
+    ``epochs_after_target`` > 0 the run keeps training that many epochs after the target
+    (``max_seconds``, this process's CPU seconds so that a loaded machine does not cut runs
+    short, caps only the time to reach it); ``largest_drop_after_target`` is the
+    largest fall of validation exact-sort below its value at the target (0 by construction
+    when the run stops at the target). ``seconds`` is the wall time to the target (or to the
+    cap), evaluations included (``cpu_seconds``: CPU time of the same span); ``seconds_total``
+    includes the epochs after it.
     """
     from dataclasses import replace
 
     from pgrl_helpers.training import run_policy_gradient
 
-    config = replace(config, target_heldout_exact_sort=target)
-    start = time.perf_counter()
-    history = run_policy_gradient(
-        config, callback=lambda epoch, history: time.perf_counter() - start > max_seconds
+    config = replace(
+        config, target_heldout_exact_sort=target, epochs_after_target=epochs_after_target
     )
-    seconds = time.perf_counter() - start
+    start, cpu_start = time.perf_counter(), time.process_time()
+    at_target: dict = {}
+
+    def stop_or_time(epoch, history) -> bool:
+        if history.target_epoch is not None:
+            at_target.setdefault("seconds", time.perf_counter() - start)
+            at_target.setdefault("cpu_seconds", time.process_time() - cpu_start)
+            return False
+        return time.process_time() - cpu_start > max_seconds
+
+    history = run_policy_gradient(config, callback=stop_or_time)
+    seconds_total = time.perf_counter() - start
+    cpu_total = time.process_time() - cpu_start
     evals = history.evals()
     per_response = config.batch_prompts * config.num_responses
     curve = [  # (responses sampled, validation exact, test exact)
         (e["responses_sampled"], e["heldout_exact_sort"], e["test_exact_sort"]) for e in evals
     ]
-    first = next((i for i, e in enumerate(evals) if e["heldout_exact_sort"] >= target), None)
-    drop = 0.0
-    if first is not None:
-        drop = max(
-            evals[first]["heldout_exact_sort"] - e["heldout_exact_sort"] for e in evals[first:]
-        )
-    epochs = evals[-1]["epoch"]
+    reached = history.target_epoch is not None
+    first = next((e for e in evals if e["epoch"] == history.target_epoch), evals[-1])
+    epochs = first["epoch"] if reached else evals[-1]["epoch"]
     assert history.train_prompts_with_heldout_key == 0
     return {
-        "reached": history.stop_reason == "target",
-        "seconds": seconds,
+        "reached": reached,
+        "seconds": at_target.get("seconds", seconds_total),
+        "seconds_total": seconds_total,
+        "cpu_seconds": at_target.get("cpu_seconds", cpu_total),
         "epochs": epochs,
+        "epochs_total": evals[-1]["epoch"],
+        "epochs_after_target": epochs_after_target,
         "responses_sampled": epochs * per_response,
         "prompts_seen": epochs * config.batch_prompts,
-        "validation_exact_sort": evals[-1]["heldout_exact_sort"],
+        "validation_exact_sort": first["heldout_exact_sort"],
+        "test_exact_sort_at_target": first["test_exact_sort"],
         "test_exact_sort": evals[-1]["test_exact_sort"],
-        "largest_drop_after_target": drop,
+        "largest_drop_after_target": history.largest_drop_after_target() if reached else None,
+        "largest_test_drop_after_target": (
+            history.largest_drop_after_target("test_exact_sort") if reached else None
+        ),
+        "min_validation_after_target": min(
+            (e["heldout_exact_sort"] for e in evals if reached and e["epoch"] >= epochs),
+            default=None,
+        ),
         "num_validation": len(history.heldout_prompts),
         "num_test": len(history.test_prompts),
         "train_prompts_with_heldout_key": history.train_prompts_with_heldout_key,

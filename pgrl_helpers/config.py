@@ -83,6 +83,8 @@ class TrainConfig:
     """Seed of the held-out prompt set: the same for every training seed."""
     target_heldout_exact_sort: float | None = None
     """Stop once greedy exact-sort on the VALIDATION set reaches this (None: never); never test."""
+    epochs_after_target: int = 0
+    """Keep training this many epochs after validation first reaches the target (stability)."""
     detach_old_log_probs: bool = True
     """True: old log-probs frozen under no_grad. False reproduces the freeze pitfall."""
     progress: bool = False
@@ -389,6 +391,14 @@ class TrainConfig:
             raise ValueError(
                 f"target_heldout_exact_sort must lie in (0, 1] or be None, "
                 f"got {self.target_heldout_exact_sort!r}"
+            )
+        after = self.epochs_after_target
+        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+            raise ValueError(f"epochs_after_target must be an int >= 0, got {after!r}")
+        if after > 0 and self.target_heldout_exact_sort is None:
+            raise ValueError(
+                f"epochs_after_target={after} counts epochs after the target is reached: "
+                "set target_heldout_exact_sort too"
             )
 
     @property

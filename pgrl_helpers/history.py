@@ -102,7 +102,8 @@ class History(list):
     lecture prompts, or the last random batch), ``num_train_prompts`` (prompts trained on,
     all epochs), ``train_prompts_with_heldout_key`` (how many of those had a held-out key:
     0 by construction, counted so anyone can verify it), ``stop_reason`` (None, 'callback'
-    or 'target'), ``advantage_estimator`` (the run's estimator object).
+    or 'target'), ``target_epoch`` (epochs done when validation first reached the target,
+    or None), ``advantage_estimator`` (the run's estimator object).
     """
 
     def __init__(self, config):
@@ -118,6 +119,8 @@ class History(list):
         self.num_train_prompts = 0
         self.train_prompts_with_heldout_key = 0
         self.stop_reason: str | None = None
+        #: epochs done when validation first reached ``target_heldout_exact_sort`` (or None)
+        self.target_epoch: int | None = None
         #: the run's advantage estimator object (``advantages.build_estimator``); for
         #: 'gae' it holds the critic (``.critic``) and its per-epoch ``.value_losses``
         self.advantage_estimator = None
@@ -135,6 +138,18 @@ class History(list):
     def evals(self) -> list[dict]:
         """The eval records."""
         return [r for r in self if r["kind"] == "eval"]
+
+    def largest_drop_after_target(self, key: str = "heldout_exact_sort") -> float | None:
+        """Largest fall of ``key`` below its value when validation first reached the target.
+
+        max over evaluations at or after ``target_epoch`` of (value at target - value); 0
+        when it never fell, None when the target was never reached. With
+        ``epochs_after_target`` = 0 the run stops at the target, so this is 0 by construction.
+        """
+        if self.target_epoch is None:
+            return None
+        after = [r[key] for r in self.evals() if r["epoch"] >= self.target_epoch]
+        return max(after[0] - value for value in after)
 
 
 def _check_choice(value, valid: tuple[str, ...], name: str) -> None:

@@ -109,7 +109,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
     counters = {"step": 0, "responses_sampled": 0}
     draw = Resampler(task, source, history, prompt_generator, sample_generator, counters)
 
-    if _evaluate(history, task, config, epochs_done=0, **counters):
+    if _evaluate_on_schedule(history, task, config, 0, counters):
         history.stop_reason = "target"
         return history
     clock = PhaseClock(config.profile_time)
@@ -177,9 +177,8 @@ def _train(config: TrainConfig, callback, policy) -> History:
         clock.lap("optimizer")
 
         bar.set_postfix(mean_reward=f"{record['mean_reward']:.3f}", refresh=False)
-        if (epoch + 1) % config.eval_every == 0 or epoch + 1 == config.num_epochs:
-            if _evaluate(history, task, config, epoch + 1, **counters):
-                history.stop_reason = "target"
+        if _evaluate_on_schedule(history, task, config, epoch + 1, counters):
+            history.stop_reason = "target"
         clock.stop("evaluation", history)
         if callback is not None and history.stop_reason is None:
             if callback(epoch, history) in (True, "stop"):
@@ -231,6 +230,25 @@ def evaluate_greedy(policy, prompts: torch.Tensor, task) -> dict[str, float]:
         "exact_sort": task.exact(prompts, responses).float().mean().item(),
         "mean_reward": task.reward(prompts, responses).mean().item(),
     }
+
+
+def _evaluate_on_schedule(history, task, config, epochs_done: int, counters: dict) -> bool:
+    """Evaluate when due; True once the run should stop for its target.
+
+    Due: before training, every ``eval_every`` epochs, at the last epoch, and at the end of
+    the ``epochs_after_target`` window. ``history.target_epoch`` records when validation
+    first reached the target; the run stops ``epochs_after_target`` epochs later (0: at
+    once, the old behaviour), so ``history.largest_drop_after_target()`` can see a collapse.
+    """
+    window_end = None
+    if history.target_epoch is not None:
+        window_end = history.target_epoch + config.epochs_after_target
+    due = epochs_done % config.eval_every == 0 or epochs_done in (config.num_epochs, window_end)
+    if due and _evaluate(history, task, config, epochs_done, **counters):
+        if history.target_epoch is None:
+            history.target_epoch = window_end = epochs_done
+            window_end += config.epochs_after_target
+    return window_end is not None and epochs_done >= window_end
 
 
 def _evaluate(history, task, config, epochs_done, step, responses_sampled) -> bool:
