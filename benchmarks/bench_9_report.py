@@ -497,7 +497,11 @@ def kept_sections(generated: str) -> list[str]:
     chunks = ["## " + c for c in text.split("\n## ")[1:]]
     ours = {line for line in generated.splitlines() if line.startswith("## ")}
     ours.add("## Machine")
-    return [c.rstrip("\n") + "\n" for c in chunks if c.splitlines()[0] not in ours]
+    return [
+        c.rstrip("\n") + "\n"
+        for c in chunks
+        if c.splitlines()[0] not in ours and "(no results yet: run bench for" not in c
+    ]
 
 
 def main() -> None:
