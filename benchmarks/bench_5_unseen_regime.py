@@ -31,9 +31,9 @@ from pgrl_helpers.training import TrainConfig, build_model, run_policy_gradient 
 
 SEEDS = (0, 1, 2)
 GOALS = (0.95, 0.99)
-#: 40 CPU s per seed: what the shared machine allowed when this was measured (load ~35 on 2
-#: cores); BENCH5_MAX_CPU_SECONDS=600 runs the issue's full 10 minutes per seed.
-MAX_CPU_SECONDS = float(os.environ.get("BENCH5_MAX_CPU_SECONDS", 40))
+#: 150 CPU s per seed: what the shared machine allowed when this was measured;
+#: BENCH5_MAX_CPU_SECONDS=600 runs the issue's full 10 minutes per seed.
+MAX_CPU_SECONDS = float(os.environ.get("BENCH5_MAX_CPU_SECONDS", 150))
 NAME = "unseen_regime"
 
 CONFIG = TrainConfig(
@@ -48,7 +48,9 @@ CONFIG = TrainConfig(
     num_responses=8,
     prompts_per_epoch=128,
     num_epochs=100_000,  # the CPU cap ends the run
-    num_steps_per_epoch=4,
+    # One optimizer step per sampled batch: bench_3_stability measured that 4 inner steps on
+    # one batch make validation collapse after the target (worst drop 0.63 vs 0.015).
+    num_steps_per_epoch=1,
     learning_rate=1e-3,
     deltas_mode="centered_rewards",
     loss_mode="clipped",

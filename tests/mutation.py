@@ -44,7 +44,7 @@ EQUIVALENT_FILE = ROOT / "tests" / "mutation_equivalent.toml"
 MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "advantages": ("advantages", "objectives", "mutation_kills_advantages"),
     "kl": ("kl", "kl_extra", "mutation_kills_kl"),
-    "losses": ("losses", "clip_higher", "objectives", "mutation_kills_losses"),
+    "losses": ("losses", "clip_higher", "objectives", "kl_cov", "mutation_kills_losses"),
     "masking": ("masking", "mutation_kills_masking"),
     "sort_task": ("sort_task", "mutation_kills_sort_task"),
     "gae": ("gae", "mutation_kills_gae"),
@@ -52,6 +52,7 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "offpolicy": ("offpolicy", "mutation_kills_offpolicy"),
     "diagnose": ("diagnose", "mutation_kills_diagnose"),
     "clip_family": ("objectives", "mutation_kills_clip_family"),
+    "covariance": ("kl_cov",),
 }
 
 #: mutmut's verdicts that count as "a test noticed the change".
