@@ -193,7 +193,7 @@ def test_token_level_objective_picks_old_log_probs_by_config():
         base = dict(
             loss_mode="clipped", detach_old_log_probs=True, epsilon=0.3, epsilon_high=0.4,
             importance_sampling_level="token", dual_clip_c=3.0, sapo_temperature_pos=1.0,
-            sapo_temperature_neg=1.05,
+            sapo_temperature_neg=1.05, kl_cov_ratio=0.002, kl_cov_coef=1.0,
         )  # fmt: skip
         return SimpleNamespace(**{**base, **kw})
 
