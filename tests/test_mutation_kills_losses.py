@@ -383,6 +383,7 @@ def _config(**fields):
     base = dict(
         loss_mode="clipped", detach_old_log_probs=True, epsilon=0.2, epsilon_high=None,
         dual_clip_c=3.0, sapo_temperature_pos=1.0, sapo_temperature_neg=1.05,
+        kl_cov_ratio=0.002, kl_cov_coef=1.0,
     )  # fmt: skip
     return SimpleNamespace(**{**base, **fields})
 
@@ -397,15 +398,19 @@ def test_the_loop_objectives_pass_every_config_field():
         dict(loss_mode="dual_clip", dual_clip_c=1.5, epsilon=0.1, epsilon_high=0.4),
         dict(loss_mode="sapo", sapo_temperature_pos=3.0, sapo_temperature_neg=0.5),
         dict(loss_mode="cispo", epsilon=0.3, epsilon_high=0.05),
+        dict(loss_mode="kl_cov", kl_cov_ratio=0.3, kl_cov_coef=2.0),
     ]
     for fields in cases:
         config = _config(**fields)
         options = {k: v for k, v in fields.items() if k != "loss_mode"}
         for level, objective in POLICY_OBJECTIVES.items():
+            if config.loss_mode == "kl_cov" and level == "sequence":
+                continue  # refused: KL-Cov penalises single tokens (tests/test_kl_cov.py)
             got = objective(log_probs, rollout, config)
             want = compute_per_token_loss(
                 log_probs, rollout.deltas, config.loss_mode, old, importance_sampling_level=level,
-                mask=mask if level == "sequence" else None, **options,
+                mask=mask if level == "sequence" or config.loss_mode == "kl_cov" else None,
+                **options,
             )  # fmt: skip
             torch.testing.assert_close(got, want)
     # the sequence level averages over the mask's real tokens only
