@@ -52,7 +52,7 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "offpolicy": ("offpolicy", "mutation_kills_offpolicy"),
     "diagnose": ("diagnose", "mutation_kills_diagnose"),
     "clip_family": ("objectives", "mutation_kills_clip_family"),
-    "covariance": ("kl_cov",),
+    "covariance": ("kl_cov", "mutation_kills_covariance"),
 }
 
 #: mutmut's verdicts that count as "a test noticed the change".

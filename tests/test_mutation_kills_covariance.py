@@ -1,0 +1,62 @@
+"""Tests that pin `pgrl_helpers.covariance` (KL-Cov's token covariance and token choice) down to
+the error messages, so that mutation testing (tests/mutation.py) finds no silent change."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pgrl_helpers.covariance import check_kl_cov, kl_cov_tokens, token_covariance
+
+
+def _tied_batch():
+    """log_probs [1, 2, 10] and deltas [1, 2] whose 20 token covariances all equal 0.5."""
+    log_probs = torch.stack([torch.full((10,), -1.0), torch.full((10,), -2.0)])[None]
+    deltas = torch.tensor([[1.0, -1.0]])
+    return log_probs, deltas
+
+
+def test_ties_go_to_the_earlier_token_in_row_major_order():
+    log_probs, deltas = _tied_batch()
+    cov = token_covariance(log_probs, deltas)
+    torch.testing.assert_close(cov, torch.full((1, 2, 10), 0.5))
+    chosen = kl_cov_tokens(log_probs, deltas, 0.45)  # floor(0.45 * 20) = 9 tokens
+    want = torch.zeros(1, 2, 10, dtype=torch.bool)
+    want[0, 0, :9] = True
+    assert torch.equal(chosen, want)
+
+
+def test_per_token_deltas_are_used_as_given():
+    gen = torch.Generator().manual_seed(0)
+    log_probs = -torch.rand(2, 3, 4, generator=gen)
+    deltas = torch.randn(2, 3, 4, generator=gen)
+    want = (log_probs - log_probs.mean()) * (deltas - deltas.mean())
+    torch.testing.assert_close(token_covariance(log_probs, deltas), want)
+
+
+def test_a_ratio_that_is_not_a_number_raises_value_error_naming_it():
+    with pytest.raises(ValueError, match=r"^kl_cov_ratio must be a number in \(0, 1\], got '0.1'$"):
+        check_kl_cov("0.1", 1.0, "token")
+
+
+def test_error_messages_name_the_argument_and_its_shape():
+    log_probs = torch.zeros(2, 3, 4)
+    with pytest.raises(ValueError, match=r"^log_probs must have shape \[batch, trial, pos\] "):
+        token_covariance(torch.zeros(2, 3), torch.zeros(2, 3))
+    with pytest.raises(TypeError, match=r"^deltas must be a torch.Tensor, got list$"):
+        token_covariance(log_probs, [[0.0] * 3] * 2)
+    with pytest.raises(
+        ValueError,
+        match=r"^deltas must be \[batch, trial\] or \[batch, trial, pos\] matching log_probs: "
+        r"deltas \[2, 4\], log_probs \[2, 3, 4\]$",
+    ):
+        token_covariance(log_probs, torch.zeros(2, 4))
+    with pytest.raises(
+        ValueError,
+        match=r"^log_probs and mask must have the same shape, got \[2, 3, 4\] and \[2, 3\]$",
+    ):
+        token_covariance(log_probs, torch.zeros(2, 3), mask=torch.ones(2, 3))
+    with pytest.raises(
+        ValueError, match=r"^mask selects no tokens: the covariance needs at least one$"
+    ):
+        token_covariance(log_probs, torch.zeros(2, 3), mask=torch.zeros(2, 3, 4))
