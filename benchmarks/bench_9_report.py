@@ -221,8 +221,7 @@ def selection_note(r: dict | None) -> str:
     return (
         f"A longer decay did not help, and its checkpoints show why the numbers move: the "
         f"best validation checkpoint ({picks}) is chosen on {r['split']['val']} validation "
-        "prompts from 22 multisets, and validation exact-sort near 99% did not guarantee the "
-        "test multisets."
+        "prompts, and validation exact-sort near 99% did not guarantee the test multisets."
     )
 
 

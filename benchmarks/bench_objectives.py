@@ -30,6 +30,7 @@ from dataclasses import replace
 
 from _common import RESULTS_DIR, markdown_table, save, setup
 
+from pgrl_helpers.seed_stats import permutation_p_value
 from pgrl_helpers.training import TrainConfig, run_policy_gradient
 
 SEEDS = (0, 1, 2, 3, 4)
@@ -219,20 +220,6 @@ def merge(parts: list[str]) -> None:
     write([summarise(name, runs[name]) for name in order], {n: runs[n] for n in order}, loads)
 
 
-def permutation_p(a: list[float], b: list[float]) -> float:
-    """Exact two-sided p-value of mean(a) - mean(b) under every relabelling of the runs."""
-    from itertools import combinations
-
-    pooled, observed = a + b, abs(statistics.mean(a) - statistics.mean(b))
-    extreme = total = 0
-    for idx in combinations(range(len(pooled)), len(a)):
-        x = [pooled[i] for i in idx]
-        y = [pooled[i] for i in range(len(pooled)) if i not in idx]
-        extreme += abs(statistics.mean(x) - statistics.mean(y)) >= observed - 1e-12
-        total += 1
-    return extreme / total
-
-
 def results_section() -> str:
     """RESULTS.md's section 11, from results/objectives.json (``--section`` prints it)."""
     r = json.loads((RESULTS_DIR / "objectives.json").read_text())
@@ -250,7 +237,7 @@ def results_section() -> str:
             continue
         for label, f in (("test exact", lambda x: x["test_exact"]), ("responses", cost)):
             diff = statistics.mean(map(f, rs)) - statistics.mean(map(f, runs["GRPO"]))
-            p = permutation_p([f(x) for x in rs], [f(x) for x in runs["GRPO"]])
+            p = permutation_p_value([f(x) for x in rs], [f(x) for x in runs["GRPO"]])
             (beyond if p < 0.05 else within).append(f"{name} {label} {diff:+.3g} (p = {p:.3f})")
     cpu = sum(x["cpu_seconds"] for rs in runs.values() for x in rs)
     return "\n".join(

@@ -38,6 +38,7 @@ from multiprocessing import Pool
 import torch
 from _common import NUM_THREADS, RESULTS_DIR, markdown_table, save, setup
 
+from pgrl_helpers.seed_stats import permutation_p_value
 from pgrl_helpers.training import TrainConfig, run_policy_gradient
 
 SEEDS = (0, 1, 2, 3, 4)
@@ -160,21 +161,6 @@ def table(summary: list[dict]) -> str:
              f"{s['median_test_exact']:.2f}", f"{s['worst_test_exact']:.2f}"]
             for s in summary]  # fmt: skip
     return markdown_table(headers, rows)
-
-
-def permutation_p_value(a: list[float], b: list[float]) -> float:
-    """Exact two-sided permutation test of mean(a) - mean(b): the fraction of all ways to
-    split the pooled values into groups of len(a) and len(b) whose |mean difference| is at
-    least the observed one (5 vs 5 seeds: 252 splits, smallest p = 2/252)."""
-    pooled, n = a + b, len(a)
-    observed = abs(statistics.mean(a) - statistics.mean(b))
-    splits = list(itertools.combinations(range(len(pooled)), n))
-    hits = 0
-    for chosen in splits:
-        x = [pooled[i] for i in chosen]
-        y = [pooled[i] for i in range(len(pooled)) if i not in chosen]
-        hits += abs(statistics.mean(x) - statistics.mean(y)) >= observed - 1e-12
-    return hits / len(splits)
 
 
 #: What the seed-noise comparison reads per run: a missed target counts the whole budget.

@@ -12,6 +12,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import bench_ppo_vs_grpo as bench  # noqa: E402
 
+from pgrl_helpers.seed_stats import permutation_p_value  # noqa: E402
+
 
 def brute_force_p(a, b):
     """The permutation p-value by relabelling every assignment of the pooled values."""
@@ -27,11 +29,11 @@ def brute_force_p(a, b):
 
 
 def test_permutation_p_value_limits_and_brute_force():
-    assert bench.permutation_p_value([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(2 / 252)
-    assert bench.permutation_p_value([0.5] * 5, [0.5] * 5) == 1.0
+    assert permutation_p_value([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(2 / 252)
+    assert permutation_p_value([0.5] * 5, [0.5] * 5) == 1.0
     a, b = [0.2, 0.4, 0.4, 0.7, 0.1], [0.6, 0.6, 0.3, 1.0, 0.6]
-    assert bench.permutation_p_value(a, b) == pytest.approx(brute_force_p(a, b))
-    assert bench.permutation_p_value(a, b) == bench.permutation_p_value(b, a)  # two-sided
+    assert permutation_p_value(a, b) == pytest.approx(brute_force_p(a, b))
+    assert permutation_p_value(a, b) == permutation_p_value(b, a)  # two-sided
 
 
 def run(reached, responses=None, validation=0.5, test=0.5):
@@ -62,3 +64,8 @@ def test_comparisons_cover_every_pair_and_count_a_miss_as_the_budget():
     assert {(r["a"], r["b"]) for r in rows} == {("A", "B"), ("A", "C"), ("B", "C")}
     ab = next(r for r in rows if (r["a"], r["b"], r["metric"]) == ("A", "B", "responses to target"))
     assert ab["mean_b"] == bench.budget_responses() and ab["p_value"] == pytest.approx(2 / 252)
+
+
+def test_permutation_p_value_refuses_an_empty_group():
+    with pytest.raises(ValueError, match=r"^a and b need at least one value each, got 0 and 2$"):
+        permutation_p_value([], [0.1, 0.2])
