@@ -10,6 +10,11 @@ the first time validation touches 99% picks a lucky moment); the goal is judged 
 test multisets at that moment. Each run then keeps training ``EPOCHS_AFTER_TARGET``
 epochs, and the table reports the largest drop of validation exact-sort below its value
 at the target and the test exact-sort at the end (stability; see bench_3_stability).
+
+One optimizer step per sampled batch (``num_steps_per_epoch=1``): with 4 steps on each batch
+(this benchmark's first setting) validation reached the target as fast but then fell by up
+to 0.63 on later evaluations; ``bench_3_stability.py`` measures that against this setting
+with the same seeds and the same number of optimizer steps after the target.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ SEEDS = (0, 1, 2, 3, 4)
 GOAL = 0.99  # median test exact-sort on unseen multisets
 VALIDATION_TARGET = 0.995  # stopping rule, on the validation multisets
 BUDGET_SECONDS = 60.0
-#: Stability (issue 12, item 3): keep training this many epochs after validation first
-#: reaches the target, and report the largest drop of validation exact-sort below it.
-EPOCHS_AFTER_TARGET = 150
+#: Stability (issue 12, item 3): keep training this many epochs (= optimizer steps, one per
+#: epoch) after validation first reaches the target, and report the largest drop of
+#: validation exact-sort below it. 600 = the updates of 150 epochs at the old 4 steps each.
+EPOCHS_AFTER_TARGET = 600
 
 #: The tuned GRPO setting (see RESULTS.md for what else was tried).
 CONFIG = TrainConfig(
@@ -44,7 +50,7 @@ CONFIG = TrainConfig(
     num_responses=8,
     prompts_per_epoch=128,
     num_epochs=2000,
-    num_steps_per_epoch=4,
+    num_steps_per_epoch=1,  # one Adam step per sampled batch: see bench_3_stability
     learning_rate=1e-3,
     deltas_mode="centered_rewards",
     loss_mode="clipped",

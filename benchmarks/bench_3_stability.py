@@ -1,18 +1,22 @@
-"""Stability after the target (issue 12, item 3): does bench_3's GRPO run collapse later?
+"""Stability after the target (issue 12, item 3): does a GRPO run collapse later?
 
-Each variant trains the 5 seeds of ``bench_3_generalization`` (one process per variant and
-seed) until validation exact-sort first reaches 99.5%, then ``EPOCHS_AFTER_TARGET`` more epochs, and reports the largest drop
-of validation exact-sort below its value at the target (plus test exact-sort at the target
-and at the end). The variants change one thing each against bench_3's setting, to find
-what causes a collapse and what removes it.
+Each variant trains the 5 seeds of ``bench_3_generalization`` until validation exact-sort
+first reaches 99.5%, then ``STEPS_AFTER_TARGET`` more optimizer steps (so a variant with 4
+steps per sampled batch trains a quarter as many epochs after the target), and reports the
+largest drop of validation exact-sort below its value at the target, plus test exact-sort
+at the target and at the end. The variants change one thing each against the setting that
+collapsed (bench_3's first setting, 4 Adam steps on every sampled batch), to find what
+causes a collapse and what removes it; bench_3 now uses the fix (1 step per batch).
 
 Usage: ``python bench_3_stability.py [variant ...]`` (default: all); results are merged
-into ``results/stability.json`` by variant name.
+into ``results/stability.json`` by variant name. Runs go ``os.cpu_count()`` at a time, so
+wall times are comparable between variants; CPU seconds are reported beside them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
@@ -23,39 +27,19 @@ matplotlib.use("Agg")
 from _common import RESULTS_DIR, markdown_table, median, save, setup, train_to_target  # noqa: E402
 from bench_3_generalization import CONFIG, SEEDS, VALIDATION_TARGET  # noqa: E402
 
-#: Epochs trained after validation first reaches the target (bench_3 itself: 150).
-EPOCHS_AFTER_TARGET = 100
+#: Optimizer steps trained after validation first reaches the target, in every variant.
+STEPS_AFTER_TARGET = 400
 
-#: name -> the TrainConfig fields changed against bench_3's CONFIG
+#: name -> the TrainConfig fields changed against bench_3's CONFIG (1 step per batch)
 VARIANTS: dict[str, dict] = {
-    "bench_3 setting": {},
-    "1 inner step per batch": {"num_steps_per_epoch": 1},
-    "entropy bonus 0.01": {"entropy_coef": 0.01},
+    "4 inner steps per batch (before)": {"num_steps_per_epoch": 4},
+    "4 inner steps, lr 3e-4": {"num_steps_per_epoch": 4, "learning_rate": 3e-4},
+    "4 inner steps, entropy bonus 0.01": {"num_steps_per_epoch": 4, "entropy_coef": 0.01},
+    "2 inner steps per batch": {"num_steps_per_epoch": 2},
+    "1 inner step per batch (bench_3 setting)": {},
 }
-BASELINE = "bench_3 setting"
-
-
-def truncated(run: dict, epochs_after: int) -> dict:
-    """A bench_3 run trained past its target, cut to ``epochs_after`` epochs after it.
-
-    Training is deterministic and does not depend on ``epochs_after_target`` before the
-    window ends, so this equals a run with ``epochs_after_target=epochs_after``
-    (``tests/test_loop_regression.py``: same config, same history).
-    """
-    per_epoch = run["responses_sampled"] / run["epochs"]  # responses per epoch
-    end = run["responses_sampled"] + epochs_after * per_epoch
-    curve = [c for c in run["curve"] if c[0] <= end]
-    at_target = next(i for i, c in enumerate(curve) if c[0] == run["responses_sampled"])
-    return run | {
-        "curve": curve,
-        "epochs_after_target": epochs_after,
-        "test_exact_sort": curve[-1][2],
-        "largest_drop_after_target": max(curve[at_target][1] - c[1] for c in curve[at_target:]),
-        "largest_test_drop_after_target": max(
-            curve[at_target][2] - c[2] for c in curve[at_target:]
-        ),
-        "source": f"generalization.json, cut at {epochs_after} epochs after the target",
-    }
+BEFORE = "4 inner steps per batch (before)"
+AFTER = "1 inner step per batch (bench_3 setting)"
 
 
 NAME = "stability"
@@ -67,6 +51,7 @@ def summary_row(name: str, runs: list[dict]) -> list:
         name,
         f"{sum(r['reached'] for r in runs)}/{len(runs)}",
         f"{median([r['seconds'] for r in runs]):.1f}",
+        f"{median([r['cpu_seconds'] for r in runs]):.1f}",
         median([r["epochs"] for r in runs]),
         f"{median([r['test_exact_sort_at_target'] for r in runs]):.3f}",
         f"{min(r['test_exact_sort'] for r in runs):.3f}",
@@ -81,9 +66,10 @@ def table(results: dict) -> str:
         "variant",
         "reached 99.5%",
         "wall time to target (s, median)",
+        "CPU s to target (median)",
         "epochs to target (median)",
         "test exact at target (median)",
-        f"test exact {EPOCHS_AFTER_TARGET} epochs later (worst seed)",
+        f"test exact {STEPS_AFTER_TARGET} steps later (worst seed)",
         "largest validation drop after target (median)",
         "(max)",
         "per seed",
@@ -93,32 +79,29 @@ def table(results: dict) -> str:
 
 
 def run_one(job: tuple[str, int]) -> dict:
-    """One (variant, seed): train to the validation target, then ``EPOCHS_AFTER_TARGET``."""
+    """One (variant, seed): train to the validation target, then ``STEPS_AFTER_TARGET`` steps."""
     name, seed = job
     setup()
     config = replace(CONFIG, **VARIANTS[name], seed=seed)
+    epochs_after = STEPS_AFTER_TARGET // config.num_steps_per_epoch
     result = train_to_target(
-        config, VALIDATION_TARGET, max_seconds=180.0, epochs_after_target=EPOCHS_AFTER_TARGET
+        config, VALIDATION_TARGET, max_seconds=180.0, epochs_after_target=epochs_after
     )
     print(f"{name}, seed {seed}: drop {result['largest_drop_after_target']}", flush=True)
-    return result | {"seed": seed}
+    per_epoch = config.batch_prompts * config.num_responses
+    return result | {
+        "seed": seed,
+        "num_steps_per_epoch": config.num_steps_per_epoch,
+        "responses_per_epoch": per_epoch,
+    }
 
 
 def main(names: list[str]) -> None:
     setup()
-    saved = RESULTS_DIR / "generalization.json"  # bench_3 itself trains 150 epochs past it
-    baseline = {}
-    if BASELINE in names and saved.exists():
-        runs = json.loads(saved.read_text())["runs"]
-        if runs[0]["epochs_after_target"] >= EPOCHS_AFTER_TARGET:
-            names = [n for n in names if n != BASELINE]
-            baseline = {
-                BASELINE: {"changes": {}, "runs": [truncated(r, EPOCHS_AFTER_TARGET) for r in runs]}
-            }
     jobs = [(name, seed) for name in names for seed in SEEDS]
-    with ProcessPoolExecutor(len(jobs)) as pool:  # one process per (variant, seed)
+    with ProcessPoolExecutor(os.cpu_count() or 1) as pool:
         results = list(pool.map(run_one, jobs))
-    new = baseline | {
+    new = {
         name: {
             "changes": VARIANTS[name],
             "runs": [r for (n, _), r in zip(jobs, results) if n == name],
@@ -126,11 +109,25 @@ def main(names: list[str]) -> None:
         for name in names
     }
     path = RESULTS_DIR / f"{NAME}.json"  # read last: variants may run in parallel processes
-    results = (json.loads(path.read_text())["variants"] if path.exists() else {}) | new
+    old = json.loads(path.read_text()) if path.exists() else {}
+    results = (old.get("variants", {}) if "steps_after_target" in old else {}) | new
     results = {name: results[name] for name in VARIANTS if name in results}
     text = table(results)
-    print(text)
-    save(NAME, {"epochs_after_target": EPOCHS_AFTER_TARGET, "variants": results, "table": text})
+    drops = {n: max(r["largest_drop_after_target"] for r in v["runs"]) for n, v in results.items()}
+    verdict = "; ".join(f"{n}: {d:.3f}" for n, d in drops.items())
+    verdict = f"largest validation drop after the target, worst seed: {verdict}"
+    print(text, verdict, sep="\n")
+    save(
+        NAME,
+        {
+            "steps_after_target": STEPS_AFTER_TARGET,
+            "before": BEFORE,
+            "after": AFTER,
+            "variants": results,
+            "table": text,
+            "verdict": verdict,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -46,25 +46,31 @@ def plot_scaling(scaling: dict, axes) -> None:
         ax.legend()
 
 
-def curve_after_target(run: dict, validation_target: float) -> tuple[list[int], list[float]]:
-    """(responses sampled since validation first reached the target, validation exact).
+def curve_after_target(run: dict, validation_target: float) -> tuple[list[float], list[float]]:
+    """(optimizer steps since validation first reached the target, validation exact).
 
     ``run`` is one seed of a benchmark's ``runs``: its ``curve`` holds (responses
-    sampled, validation exact, test exact) per evaluation.
+    sampled, validation exact, test exact) per evaluation, and ``responses_per_epoch`` and
+    ``num_steps_per_epoch`` convert responses to optimizer steps (without them the x values
+    stay responses sampled since the target).
     """
     curve = run["curve"]
     first = next(i for i, c in enumerate(curve) if c[1] >= validation_target)
-    return [c[0] - curve[first][0] for c in curve[first:]], [c[1] for c in curve[first:]]
+    scale = run.get("num_steps_per_epoch", 1) / run.get("responses_per_epoch", 1)
+    x = [(c[0] - curve[first][0]) * scale for c in curve[first:]]
+    return x, [c[1] for c in curve[first:]]
 
 
 def plot_stability(stability: dict, variants: list[str], target: float, axes) -> None:
     """Validation exact after the target, one panel per variant, one line per seed."""
     for ax, name in zip(axes, variants):
-        for run in stability["variants"][name]["runs"]:
+        runs = stability["variants"][name]["runs"]
+        for run in runs:
             x, y = curve_after_target(run, target)
             ax.plot(x, y, label=f"seed {run['seed']}")
         ax.axhline(target, color="gray", linestyle=":")
-        ax.set(xlabel="responses sampled after first reaching the target", ylim=(0, 1.02))
+        unit = "optimizer steps" if "responses_per_epoch" in runs[0] else "responses sampled"
+        ax.set(xlabel=f"{unit} after first reaching the target", ylim=(0, 1.02))
         ax.set_ylabel("greedy exact-sort, validation")
         ax.set_title(name)
     axes[0].legend(fontsize=8)

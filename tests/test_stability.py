@@ -89,5 +89,8 @@ def test_curve_after_target_starts_at_the_first_evaluation_at_the_target():
 
     run = {"curve": [(0, 0.1, 0.1), (100, 0.996, 0.9), (200, 0.5, 0.5), (300, 1.0, 1.0)]}
     assert curve_after_target(run, 0.995) == ([0, 100, 200], [0.996, 0.5, 1.0])
+    # with the epoch size and the steps per epoch the x axis is optimizer steps
+    steps = run | {"responses_per_epoch": 50, "num_steps_per_epoch": 4}
+    assert curve_after_target(steps, 0.995) == ([0, 8, 16], [0.996, 0.5, 1.0])
     path, result = load_result("no_such_benchmark")
     assert result is None and path.name == "no_such_benchmark.json"
