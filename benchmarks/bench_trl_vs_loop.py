@@ -3,7 +3,8 @@
 Both train the same model class from the same initial weights (``bench_trl.build_policy``:
 the tiny GPT-2, output constrained to digits, word-level tokenizer), with the same task
 (sort 3 numbers from 0..9, ``sort_distance_reward``), the same G, batch, learning rate,
-steps per batch and loss (``bench_trl.CONFIG``; TRL's arguments from
+steps per batch and loss (``bench_trl.CONFIG``, without bench_trl's AdamW weight decay, which our
+loop's Adam does not have; TRL's arguments from
 ``trl_bridge.grpo_config_kwargs``), on the same prompts in the same order (the loop's
 stream of training prompts, given to TRL unshuffled) and the same held-out sets (the loop's
 validation and test sets, disjoint by content). Our loop trains the GPT-2 through
@@ -56,8 +57,8 @@ from pgrl_helpers.training import make_heldout_split, run_policy_gradient  # noq
 
 SEEDS = (0, 1, 2)
 TARGET = 0.9  # greedy exact-sort on the validation set that both runs train to
-EVAL_EVERY = 5  # epochs (x num_steps_per_epoch optimizer steps) between validation checks
-MAX_EPOCHS = 150
+EVAL_EVERY = 10  # epochs (x num_steps_per_epoch optimizer steps) between validation checks
+MAX_EPOCHS = 600  # rounds; bench_trl.CONFIG takes one optimizer step per round
 PHASES = ("generation", "reward", "forward", "backward", "optimizer", "evaluation")
 
 
