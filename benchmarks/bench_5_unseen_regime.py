@@ -128,6 +128,12 @@ def cell(result: dict, goal: float) -> str:
     )
 
 
+def drop_text(result: dict) -> str:
+    """The largest validation drop after the target, or '-' for a run that never reached it."""
+    drop = result["largest_drop_after_target"]
+    return "-" if drop is None else f"{drop:.3f}"
+
+
 def main() -> None:
     setup()
     task = CONFIG.build_task()
@@ -163,9 +169,7 @@ def main() -> None:
             f"{r['responses_sampled']:,}",
             f"{r['cpu_seconds']:.0f}",
             f"{r['test_exact_sort_end']:.3f}",
-            "-"
-            if r["largest_drop_after_target"] is None
-            else f"{r['largest_drop_after_target']:.3f}",
+            drop_text(r),
             f"{r['distinct_training_multisets']:,} ({r['fraction_of_multisets_trained_on']:.2%})",
         ]
         for r in runs
@@ -206,13 +210,7 @@ def main() -> None:
         f"{worst['test_exact_sort_end']:.3f} (seed {worst['seed']}); at most "
         f"{max(r['fraction_of_multisets_trained_on'] for r in runs):.2%} of the multisets "
         "trained on; largest validation drop in the "
-        f"{EPOCHS_AFTER_TARGET} epochs after 99%: "
-        + ", ".join(
-            "-"
-            if r["largest_drop_after_target"] is None
-            else f"{r['largest_drop_after_target']:.3f}"
-            for r in runs
-        )
+        f"{EPOCHS_AFTER_TARGET} epochs after 99%: " + ", ".join(drop_text(r) for r in runs)
     )
     print(table, verdict, sep="\n")
 

@@ -372,7 +372,8 @@ def trl_vs_loop_section(r: dict) -> str:
             "## Our loop vs TRL's GRPOTrainer on the same work (`bench_trl_vs_loop.py`)",
             "",
             "The same tiny GPT-2 (same initial weights, head constrained to digits), task, "
-            "TrainConfig (as in `bench_trl.py`, without its weight decay on either side: our loop's Adam has none), prompts in the same order and held-out sets; "
+            "TrainConfig (as in `bench_trl.py`, without its weight decay on either side: our "
+            "loop's Adam has none), prompts in the same order and held-out sets; "
             "our loop trains it through `hf_policy.HFSortPolicy`. Per seed, both run back to "
             "back in one process until greedy exact-sort on validation reaches "
             f"{r['target_validation_exact_sort']:.0%} (checked every "
@@ -482,14 +483,8 @@ def stability_section(r: dict) -> str:
         name: max(run["largest_drop_after_target"] for run in v["runs"])
         for name, v in variants.items()
     }
-    if "steps_after_target" not in r:  # the first version: windows in epochs
-        window = f"{r['epochs_after_target']} more epochs"
-        base = next(iter(variants))
-    else:
-        window = (
-            f"{r['steps_after_target']} more optimizer steps (the same number in every variant)"
-        )
-        base = r["before"]
+    window = f"{r['steps_after_target']} more optimizer steps (the same number in every variant)"
+    base = r["before"]
     best = min(drops, key=drops.get)
     lines = [
         "## 3b. Stability after the target (`bench_3_stability.py`)",
@@ -499,7 +494,7 @@ def stability_section(r: dict) -> str:
         f"exact-sort first reaches 99.5%, then {window}; 'largest drop' is the largest fall of "
         "validation exact-sort below its value at the target (200 validation multisets). "
         f"Wall times: load average {r['machine']['load_average_1_5_15_min']} on 2 cores "
-        "(runs two at a time); CPU seconds do not depend on the load.",
+        "(as many runs at a time as cores); CPU seconds do not depend on the load.",
         "",
         r["table"],
         "",
@@ -528,14 +523,9 @@ def unseen_regime_section(r: dict) -> str:
             f"times at load average {r['machine']['load_average_1_5_15_min']} on 2 shared "
             "cores are several times the CPU times. 'validation first >= X%' quotes the test "
             "exact-sort at that evaluation (the test set never decides anything). No training "
-            "batch contained a validation or test multiset (asserted per run). "
-            + (
-                f"After validation first reaches the last goal each run trains "
-                f"{r['epochs_after_target']} more epochs (the CPU cap applies only before it); "
-                "'at the end' is after that window."
-                if "epochs_after_target" in r
-                else "The runs stop when validation reaches the last goal."
-            ),
+            "batch contained a validation or test multiset (asserted per run). After validation "
+            f"first reaches the last goal each run trains {r['epochs_after_target']} more epochs "
+            "(the CPU cap applies only before it); 'at the end' is after that window.",
             "",
             r["table"],
             "",

@@ -113,9 +113,10 @@ def train_one_seed(
     digits_only: bool = True,
     lr_schedule: str = LR_SCHEDULE,
     validation_target: float | None = VALIDATION_TARGET,
-    weight_decay: float = 0.0,
+    weight_decay: float = WEIGHT_DECAY,
 ) -> dict:
-    """One GRPOTrainer run to the validation target (or the budget); its curve and test score."""
+    """One GRPOTrainer run over its schedule (or to the budget, or to ``validation_target``);
+    its validation curve, the checkpoint validation picks, and that checkpoint's test score."""
     import transformers
     from trl import GRPOConfig, GRPOTrainer
 
