@@ -40,7 +40,14 @@ from .kl import kl_per_response
 from .losses import POLICY_OBJECTIVES, clip_fraction, compute_ratio
 from .masking import aggregate_loss
 from .policy import check_policy_fits
-from .rollout import BATCH_FILTERS, ROLLOUT_SOURCES, Resampler, Rollout, frac_reward_zero_std
+from .rollout import (
+    BATCH_FILTERS,
+    ROLLOUT_SOURCES,
+    OnPolicySource,
+    Resampler,
+    Rollout,
+    frac_reward_zero_std,
+)
 from .task import encode_prompts
 
 __all__ = [
@@ -134,9 +141,14 @@ def _train(config: TrainConfig, callback, policy) -> History:
         rollout = batch_filter(Rollout(prompts, responses, mask, rewards, resample=draw), config)
         clock.lap("reward")
 
-        # 3. frozen log-probs of the sampling policy and of the reference model; deltas
+        # 3. frozen log-probs of the sampling policy and of the reference model; deltas.
+        # With one optimizer step per batch the old log-probs equal the first step's
+        # log-probs: they are taken from that forward pass (detached) instead of a second
+        # one, as TRL's GRPOTrainer does at num_iterations=1 (``_reuses_step_log_probs``).
+        reuse = _reuses_step_log_probs(config, source)
         with torch.no_grad():
-            rollout.old_log_probs = source.old_log_probs(rollout)  # [batch, trial, pos]
+            if not reuse:
+                rollout.old_log_probs = source.old_log_probs(rollout)  # [batch, trial, pos]
             if config.kl_penalty > 0:
                 rollout.ref_log_probs = history.ref_model.log_probs(
                     rollout.prompts, rollout.responses
@@ -149,6 +161,8 @@ def _train(config: TrainConfig, callback, policy) -> History:
             where = (epoch, counters["step"])
             log_probs = policy.log_probs(rollout.prompts, rollout.responses)
             _check_finite(log_probs.detach(), "log-probs", *where)
+            if reuse:  # the policy has not moved since sampling: pi_old = pi_theta, detached
+                rollout.old_log_probs = log_probs.detach()
             per_token_loss = rollout.weighted(objective(log_probs, rollout, config))
             loss = aggregate_loss(per_token_loss, rollout.mask, config.loss_aggregation)
             kl = None
@@ -217,6 +231,21 @@ def _step_record(config, rollout: Rollout, log_probs, loss, kl, entropy, grad_no
             "response_length": rollout.mask.sum(dim=-1).mean().item(),
             "frac_reward_zero_std": frac_reward_zero_std(rollout.rewards),
         } | rollout.metrics
+
+
+def _reuses_step_log_probs(config: TrainConfig, source) -> bool:
+    """True when the old log-probs can be the first step's own log-probs, detached.
+
+    That holds when the trained policy itself sampled the batch (``OnPolicySource``), only
+    one optimizer step is taken on it, and the estimator does not read the old log-probs
+    before that step (the 'gae' estimator's KL-in-reward does). TRL's GRPOTrainer does the
+    same at ``num_iterations=1`` (``old_per_token_logps = per_token_logps.detach()``).
+    """
+    return (
+        config.num_steps_per_epoch == 1
+        and type(source) is OnPolicySource
+        and config.advantage_estimator == "group"
+    )
 
 
 def evaluate_greedy(policy, prompts: torch.Tensor, task) -> dict[str, float]:

@@ -314,3 +314,60 @@ def test_fixed_length_models_keep_their_loss_under_every_aggregation():
 def test_bad_autoregressive_configs_are_named(overrides, message):
     with pytest.raises(ValueError, match=message):
         ar_config(**overrides).validate()
+
+
+# ------------------------------------------------------------------ the KV cache
+
+
+class _Uncached(AutoregressiveSortPolicy):
+    """The same network, with ``forward`` overridden: generation then re-runs the prefix."""
+
+    def forward(self, tokens):
+        return super().forward(tokens)
+
+
+def _uncached_copy(model):
+    copy = _Uncached(V, P, R, d_model=16, num_layers=1, num_heads=2)
+    copy.load_state_dict(model.state_dict())
+    return copy
+
+
+def test_kv_cache_logits_equal_the_full_forward_pass():
+    from pgrl_helpers.autoregressive import KVCache
+
+    model = AutoregressiveSortPolicy(V, P, R, d_model=16, num_layers=2, num_heads=2, seed=3)
+    tokens = torch.randint(0, V + 1, (7, P + 1 + R), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full = model(tokens)
+        cache = KVCache(model)
+        parts = [cache.forward(tokens[:, : P + 1])]  # the prompt and SEP at once
+        parts += [cache.forward(tokens[:, t : t + 1]) for t in range(P + 1, tokens.shape[1])]
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="longer than this policy's maximum"):
+        cache.forward(tokens[:, :1])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_kv_cache_gives_the_same_samples_for_the_same_seed(seed):
+    model = policy(seed)
+    plain = _uncached_copy(model)
+    p = prompts(6, seed)
+    cached = sample_responses(model, p, 8, torch.Generator().manual_seed(seed))
+    uncached = sample_responses(plain, p, 8, torch.Generator().manual_seed(seed))
+    assert torch.equal(cached, uncached)
+    assert torch.equal(greedy_responses(model, p), greedy_responses(plain, p))
+
+
+def test_a_cache_that_forgets_positions_changes_the_logits(monkeypatch):
+    # planted bug: every new token gets position 0's embedding; the check above must see it
+    from pgrl_helpers import autoregressive
+
+    model = AutoregressiveSortPolicy(V, P, R, d_model=16, num_layers=1, num_heads=2, seed=1)
+    tokens = torch.randint(0, V + 1, (3, P + 3), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = model(tokens)
+        cache = autoregressive.KVCache(model)
+        cache.forward(tokens[:, : P + 1])
+        cache.length = 0  # the bug: positions restart
+        wrong = cache.forward(tokens[:, P + 1 : P + 2])
+    assert not torch.allclose(wrong[:, 0], full[:, P + 1], atol=1e-5)
