@@ -13,12 +13,18 @@ evaluation, greedy exact on the validation and test prompts. After the run it al
 for each value v, how often the final policy's samples on held-out prompts containing v
 include v (``value_recall``): a value the policy has stopped producing shows up as ~0.
 
-**Collapsed** (defined before looking at the data, as in ``bench_objectives.py``): the run
-ends (budget spent, target not reached) with entropy below ``COLLAPSE_ENTROPY`` nats (mean of
-the last 5 epochs) while validation exact is below the target ``TARGET``: the policy is nearly
-deterministic and still wrong, so most of its groups tie and the gradient is gone.
+**Collapsed** is the course's one rule, ``pgrl_helpers.collapse.is_collapsed`` (fixed before
+looking at the data; ``bench_objectives.py`` uses it too): the run ends with entropy below 0.1
+nats (mean of the last 5 epochs) while its last *validation* exact is below the target
+``TARGET``: the policy is nearly deterministic and still wrong, so most of its groups tie and
+the gradient is gone. The rule never reads the test set.
 
-Writes results/collapse.json. Run: ``python benchmarks/bench_collapse.py [--quick]``.
+Splits: every run shares one validation and one test split (``eval_seed``, 14 + 14 sets of
+values); the JSON records both and lists every setting under ``test_scored_by``: the test split
+scores each setting once, at the end, and chooses nothing. ``--relabel`` recomputes the labels,
+the split record and the table from the stored curves without training again.
+
+Writes results/collapse.json. Run: ``python benchmarks/bench_collapse.py [--quick|--relabel]``.
 """
 
 from __future__ import annotations
@@ -35,14 +41,19 @@ import torch
 from _common import RESULTS_DIR, markdown_table, save, setup
 
 from pgrl_helpers.autoregressive import sample_with_mask
+from pgrl_helpers.collapse import ENTROPY_THRESHOLD, TAIL_EPOCHS, end_entropy, is_collapsed
 from pgrl_helpers.history import per_epoch
-from pgrl_helpers.training import TrainConfig, history_columns, run_policy_gradient
+from pgrl_helpers.seed_stats import compare_seeds
+from pgrl_helpers.training import (
+    TrainConfig,
+    history_columns,
+    make_heldout_split,
+    run_policy_gradient,
+)
 
 SEEDS = (0, 1, 2, 3, 4)
 EPOCHS = 150  # notebook 08's MAIN_EPOCHS
 TARGET = 0.9  # notebook 08's stopping bar on validation exact
-COLLAPSE_ENTROPY = 0.1  # nats per real token
-TAIL = 5  # epochs averaged for the end-of-run entropy
 RECALL_SAMPLES = 16  # samples per held-out prompt for value_recall
 
 #: Notebook 08, section 6 (G = 16, entropy bonus 0.05), with its 42 + 42 held-out prompts.
@@ -110,7 +121,7 @@ def run(config: TrainConfig) -> dict:
     cpu_seconds = time.process_time() - start
     evals = history_columns(history, "eval")
     entropy = per_epoch(history, "entropy")
-    final_entropy = statistics.fmean(entropy[-TAIL:])
+    final_entropy = end_entropy(entropy)
     validation = evals["heldout_exact_sort"][-1]
     reached = history.stop_reason == "target"
     return {
@@ -123,7 +134,7 @@ def run(config: TrainConfig) -> dict:
         "final_validation_exact": validation,
         "final_test_exact": evals["test_exact_sort"][-1],
         "final_entropy": final_entropy,
-        "collapsed": (not reached) and final_entropy < COLLAPSE_ENTROPY and validation < TARGET,
+        "collapsed": is_collapsed(evals["heldout_exact_sort"], entropy, TARGET),
         "value_recall": value_recall(history),
         "curves": {
             "epoch": list(range(len(entropy))),
@@ -155,15 +166,40 @@ def run_setting(name: str, seed: int, epochs: int) -> dict:
     return result
 
 
+def split_record(config: TrainConfig) -> dict:
+    """The validation and test splits every run shares: seed, sizes, key and the keys."""
+    task = config.build_task()
+    record = {}
+    for name, prompts in zip(("validation", "test"), make_heldout_split(config)):
+        keys = sorted(set(task.prompt_key(prompts).tolist()))
+        record[name] = {
+            "seed": config.eval_seed,
+            "size": int(prompts.shape[0]),
+            "distinct_keys": len(keys),
+            "key": "set of distinct values (SortDedupTask.prompt_key, a bit mask)",
+            "keys": keys,
+        }
+    return record
+
+
+def comparisons(runs: list[dict]) -> dict:
+    """Each other setting against notebook 08's on test exact (``compare_seeds``)."""
+    first, *others = SETTINGS
+    tests = {n: [r["final_test_exact"] for r in runs if r["setting"] == n] for n in SETTINGS}
+    return {n: compare_seeds(tests[n], tests[first], n, first) for n in others}
+
+
 def summary_table(runs: list[dict]) -> str:
     headers = [
         "setting",
         "collapsed seeds",
         "reached 90% validation",
         "test exact median [worst seed]",
+        "test exact vs notebook 08's setting: p",
         "end entropy median (nats)",
         "CPU s per run (median)",
     ]
+    p_values = {n: c["p_value"] for n, c in comparisons(runs).items()}
     rows = []
     for name in SETTINGS:
         rs = [r for r in runs if r["setting"] == name]
@@ -174,11 +210,41 @@ def summary_table(runs: list[dict]) -> str:
                 f"{sum(r['collapsed'] for r in rs)}/{len(rs)}",
                 f"{sum(r['reached_target'] for r in rs)}/{len(rs)}",
                 f"{statistics.median(tests):.3f} [{min(tests):.3f}]",
+                f"{p_values[name]:.3f}" if name in p_values else "-",
                 f"{statistics.median(r['final_entropy'] for r in rs):.3f}",
                 f"{statistics.median(r['cpu_seconds'] for r in rs):.0f}",
             ]
         )
     return markdown_table(headers, rows)
+
+
+def relabel() -> None:
+    """Recompute labels, splits, comparisons and the table of collapse.json from its curves."""
+    path = RESULTS_DIR / "collapse.json"
+    payload = json.loads(path.read_text())
+    for r in payload["runs"]:
+        c = r["curves"]
+        r["final_entropy"] = end_entropy(c["entropy"])
+        r["collapsed"] = is_collapsed(c["validation_exact"], c["entropy"], payload["target"])
+    payload["collapse_definition"] = collapse_definition()
+    payload["splits"] = split_record(CONFIG)
+    payload["test_scored_by"] = list(SETTINGS)
+    payload["test_guided_choice"] = False
+    payload["comparisons"] = comparisons(payload["runs"])
+    payload["table"] = summary_table(payload["runs"])
+    payload["relabelled_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    print(payload["table"])
+
+
+def collapse_definition() -> dict:
+    return {
+        "function": "pgrl_helpers.collapse.is_collapsed",
+        "entropy_below_nats": ENTROPY_THRESHOLD,
+        "entropy_mean_of_last_epochs": TAIL_EPOCHS,
+        "validation_exact_below": TARGET,
+        "reads_test_set": False,
+    }
 
 
 def results_section(payload: dict) -> str:
@@ -193,10 +259,14 @@ def results_section(payload: dict) -> str:
         f"clipped loss, `token_mean`, lr 0.003, 32 prompts x 4 steps per epoch) at its G and "
         f"entropy bonus and without them; seeds {seeds}; at most {payload['max_epochs']} epochs, "
         f"stopping at {payload['target']:.0%} greedy exact on 42 validation prompts (14 sets of "
-        f"values), test exact on 42 others. *Collapsed*: no stop within the budget, entropy "
-        f"below {rule['entropy_below_nats']} nats per token (mean of the last "
-        f"{rule['entropy_mean_of_last_epochs']} epochs) and validation exact below "
-        f"{payload['target']:.0%}. {payload['total_cpu_seconds'] / 60:.1f} CPU-minutes in all "
+        f"values), test exact on 42 others. *Collapsed* (`pgrl_helpers.collapse.is_collapsed`, "
+        f"the course's one rule; it never reads the test set): entropy below "
+        f"{rule['entropy_below_nats']} nats per token (mean of the last "
+        f"{rule['entropy_mean_of_last_epochs']} epochs) and final validation exact below "
+        f"{payload['target']:.0%}; a run that stopped at the target is never collapsed. The "
+        f"p-values are exact permutation tests over the seeds (`seed_stats.compare_seeds`) of "
+        f"test exact against notebook 08's setting; the test split scores every setting once "
+        f"and chooses nothing. {payload['total_cpu_seconds'] / 60:.1f} CPU-minutes in all "
         f"(budget 15), 2 worker processes on 2 shared cores, 1-minute load average "
         f"{loads[0]} at the end (CPU seconds are comparable, wall times would not be).",
         "",
@@ -213,9 +283,15 @@ def main(argv: list[str]) -> None:
     parser.add_argument(
         "--section", action="store_true", help="print the RESULTS.md section of collapse.json"
     )
+    parser.add_argument(
+        "--relabel", action="store_true", help="labels, splits and table from the stored curves"
+    )
     args = parser.parse_args(argv)
     if args.section:
         print(results_section(json.loads((RESULTS_DIR / "collapse.json").read_text())))
+        return
+    if args.relabel:
+        relabel()
         return
     setup()
     seeds, epochs = ((0,), 6) if args.quick else (SEEDS, EPOCHS)
@@ -235,12 +311,11 @@ def main(argv: list[str]) -> None:
             "seeds": list(seeds),
             "max_epochs": epochs,
             "target": TARGET,
-            "collapse_definition": {
-                "entropy_below_nats": COLLAPSE_ENTROPY,
-                "entropy_mean_of_last_epochs": TAIL,
-                "validation_exact_below": TARGET,
-                "and": "the run did not reach the target within its epoch budget",
-            },
+            "collapse_definition": collapse_definition(),
+            "splits": split_record(CONFIG),
+            "test_scored_by": list(SETTINGS),
+            "test_guided_choice": False,
+            "comparisons": comparisons(runs),
             "total_cpu_seconds": round(sum(r["cpu_seconds"] for r in runs), 1),
             "runs": runs,
             "table": table,
