@@ -103,24 +103,21 @@ class HFSortPolicy(nn.Module):
         sep = torch.full((prompts.shape[0], 1), self.sep_id, dtype=torch.long)
         return torch.cat([self.digit_ids[prompts.long()], sep], dim=1)
 
-    def _next_log_probs(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids int[rows, seq] -> log-probs of the next token over the digits float[rows, vocab]."""
-        logits = self.model(input_ids=ids).logits[:, -1].float()
-        return torch.log_softmax(logits, dim=-1)[:, self.digit_ids]
-
     def _decode(self, prompts, num_samples, generator, greedy: bool) -> torch.Tensor:
-        """Token by token (no KV cache: the sequences are 2 x prompt_length + 1 long)."""
+        """Token by token with the model's KV cache: each step feeds only the newest token."""
         ids = self.prompt_ids(prompts).repeat_interleave(num_samples, dim=0)  # [batch*trial, seq]
-        values = []
+        values, cache = [], None
         with torch.no_grad():
             for _ in range(self.response_length):
-                log_probs = self._next_log_probs(ids)  # [batch*trial, vocab]
+                out = self.model(input_ids=ids, cache=cache, use_cache=True)
+                cache = out.cache
+                log_probs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)[:, self.digit_ids]
                 if greedy:
                     value = log_probs.argmax(dim=-1)
                 else:
                     value = torch.multinomial(log_probs.exp(), 1, generator=generator)[:, 0]
                 values.append(value)
-                ids = torch.cat([ids, self.digit_ids[value][:, None]], dim=1)
+                ids = self.digit_ids[value][:, None]  # [batch*trial, 1]: the cache holds the rest
         return torch.stack(values, dim=-1).reshape(prompts.shape[0], num_samples, -1)
 
     def _log_softmax(self, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
