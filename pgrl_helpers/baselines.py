@@ -61,7 +61,8 @@ def optimal_baselines(probs, scores, rewards) -> dict[str, torch.Tensor]:
 def group_moments(probs, scores, rewards, group_size: int, mode: str):
     """Exact mean float[P] and variance float[P] of g_hat with a *group* baseline.
 
-    ``mode`` 'group_mean' (GRPO: R_i - mean of the group) or 'leave_one_out' (RLOO), computed
+    ``mode`` 'group_mean' (R_i - mean of the group), 'leave_one_out' (RLOO) or
+    'group_normalized' (GRPO's (R_i - mean) / std, DeepSeekMath eq. 3), computed
     per prompt by ``exact.group_estimate_moments`` (every ordered group of ``group_size``
     responses), then averaged over the batch like ``estimate_moments``.
     """

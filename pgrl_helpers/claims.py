@@ -11,7 +11,12 @@ shows that it fails.
 * ``check_ratio_gradient`` (04): the ratio loss's gradient is the true policy gradient;
 * ``check_kl_estimator`` (05): an estimator's exact mean is the reverse KL, KL(pi || pi_ref);
 * ``check_k3_round_off`` (05, 06): k3 >= 0 holds before the clamp, which only removes round-off;
-* ``check_deltas`` (06): ``compute_deltas`` against a plain-Python per-group reference.
+* ``check_deltas`` (06): ``compute_deltas`` against a plain-Python per-group reference;
+* ``check_error_prediction`` (02): a measured Monte Carlo error matches its exact prediction
+  within a factor 4/3 at every sample size;
+* ``check_clip_stops_gradient`` (06): a clipped per-token loss has zero gradient exactly on
+  the tokens whose ratio left [1 - eps, 1 + eps] in the direction of their delta, and the
+  unclipped slope -ratio * delta everywhere else.
 """
 
 from __future__ import annotations
@@ -161,3 +166,66 @@ def check_deltas(
         )
         out[mode] = diff
     return out
+
+
+def check_error_prediction(measured, predicted, low: float = 0.75, high: float = 4 / 3):
+    """Every measured RMS error must lie within [low, high] x its predicted value.
+
+    ``measured``, ``predicted``: one value per sample size N (sequences of floats or 1-D
+    tensors of the same length, predicted > 0). Notebook 02 measures the RMS relative error
+    of REINFORCE over 5 seeds and predicts it from the exact covariance; a prediction off by
+    sqrt(3) (averaging the prompts' variances with 1/B instead of 1/B^2) falls outside.
+    Returns the ratios measured / predicted, one per N.
+    """
+    measured = [float(v) for v in measured]
+    predicted = [float(v) for v in predicted]
+    if len(measured) != len(predicted) or not measured:
+        raise ValueError(
+            f"measured and predicted need the same non-zero length, got {len(measured)} "
+            f"and {len(predicted)}"
+        )
+    if not 0 < low < 1 < high:
+        raise ValueError(f"need 0 < low < 1 < high, got low={low}, high={high}")
+    if min(predicted) <= 0:
+        raise ValueError(f"predicted values must be > 0, got {min(predicted)}")
+    ratios = [m / p for m, p in zip(measured, predicted)]
+    bad = [(i, r) for i, r in enumerate(ratios) if not low < r < high]
+    assert not bad, f"measured / predicted error outside ({low}, {high:.3f}) at " + ", ".join(
+        f"index {i}: {r:.3f}" for i, r in bad
+    )
+    return ratios
+
+
+def check_clip_stops_gradient(
+    per_token_loss: Callable, log_probs, old_log_probs, deltas, epsilon: float, tol=1e-6
+):
+    """The clipped loss stops the gradient exactly where PPO's clip says it should.
+
+    ``per_token_loss(log_probs, old_log_probs)`` -> float[batch, trial, pos], the loss under
+    test (e.g. ``compute_per_token_loss(lp, deltas, "clipped", old, epsilon)``).
+    ``log_probs``, ``old_log_probs`` float[batch, trial, pos], ``deltas`` float[batch, trial].
+    Computed here independently: ratio r = exp(log_probs - old_log_probs); a token is clipped
+    when delta > 0 and r > 1 + eps, or delta < 0 and r < 1 - eps. Its loss gradient with
+    respect to its own log-prob must be 0; every other token's must be -r * delta (the
+    gradient of -r delta, PPO eq. 7). Needs at least one clipped token, so that the check can
+    fail. Returns (number of clipped tokens, max |gradient| on them).
+    """
+    lp = log_probs.detach().clone().requires_grad_(True)
+    old = old_log_probs.detach()
+    (grad,) = torch.autograd.grad(per_token_loss(lp, old).sum(), lp)
+    with torch.no_grad():
+        ratio = torch.exp(lp - old)
+        delta = deltas.detach()[..., None].to(ratio.dtype).expand_as(ratio)
+        clipped = ((delta > 0) & (ratio > 1 + epsilon)) | ((delta < 0) & (ratio < 1 - epsilon))
+        slope = -ratio * delta
+    num_clipped = int(clipped.sum())
+    assert num_clipped > 0, "no token is clipped: the check would pass whatever the loss does"
+    on_clipped = grad[clipped].abs().max().item()
+    off_clipped = (grad - slope)[~clipped].abs().max().item() if (~clipped).any() else 0.0
+    assert on_clipped <= tol, (
+        f"clipped tokens still get gradient (max |d loss / d log pi| = {on_clipped:.3g})"
+    )
+    assert off_clipped <= tol * (1 + slope.abs().max().item()), (
+        f"unclipped tokens' gradient differs from -ratio * delta by {off_clipped:.3g}"
+    )
+    return num_clipped, on_clipped

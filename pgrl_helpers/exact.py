@@ -266,7 +266,7 @@ def reinforce_gradient_estimate(
 MAX_GROUPS = 2_000_000
 
 #: Baselines that ``group_estimate_moments`` computes from the group itself (or not at all).
-GROUP_BASELINES: tuple[str, ...] = ("none", "group_mean", "leave_one_out")
+GROUP_BASELINES: tuple[str, ...] = ("none", "group_mean", "leave_one_out", "group_normalized")
 
 
 def group_estimate_moments(
@@ -287,7 +287,10 @@ def group_estimate_moments(
         g_hat = (1/G) sum_i scores[a_i] * (rewards[a_i] - b_i)
 
     with b_i = 0 (``"none"``), a number, the group mean of the G rewards
-    (``"group_mean"``, GRPO) or the mean of the other G - 1 (``"leave_one_out"``, RLOO).
+    (``"group_mean"``, GRPO without the std) or the mean of the other G - 1
+    (``"leave_one_out"``, RLOO). ``"group_normalized"`` replaces (R_i - b_i) by GRPO's
+    normalised delta (R_i - mean) / (max(std, std_floor) + eps), ``compute_deltas``'
+    ``normalized_rewards`` (DeepSeekMath eq. 3's advantage; a tied group gets 0).
     Every one of the N**G ordered groups is enumerated (in chunks), so the returned
     (mean float64[P], variance float64[P]) are exact up to float64 rounding.
     Raises ValueError if N**G > ``max_groups``.
@@ -308,7 +311,7 @@ def group_estimate_moments(
                 f"unknown baseline {baseline!r}; valid names are: {', '.join(GROUP_BASELINES)} "
                 "(or pass a number)"
             )
-        if baseline in ("group_mean", "leave_one_out") and group_size < 2:
+        if baseline in ("group_mean", "leave_one_out", "group_normalized") and group_size < 2:
             raise ValueError(f"baseline {baseline!r} needs group_size >= 2, got {group_size}")
     elif isinstance(baseline, bool) or not isinstance(baseline, (int, float)):
         raise TypeError(f"baseline must be a name or a number, got {type(baseline).__name__}")
@@ -332,6 +335,8 @@ def group_estimate_moments(
             deltas = compute_deltas(group_rewards, "centered_rewards")
         elif baseline == "leave_one_out":
             deltas = compute_deltas(group_rewards, "loo_rewards")
+        elif baseline == "group_normalized":
+            deltas = compute_deltas(group_rewards, "normalized_rewards")
         else:
             deltas = group_rewards - float(baseline)
         estimate = (scores[index] * deltas[..., None]).mean(dim=1)  # [chunk, P]

@@ -101,34 +101,49 @@ def kl_placement_gradients(
 ) -> dict[str, torch.Tensor]:
     """Expected gradient (beta = 1, as a term to *minimise*) of each KL placement; float[vocab].
 
-    Samples y come from pi = softmax(theta) (or from pi_old = softmax(old_logits) for the
-    bias-corrected k3); their weights carry no gradient, as with real samples.
+    Every row samples y from pi_old = softmax(old_logits), the policy that sampled the batch
+    (``old_logits`` None: pi_old = pi_theta = softmax(theta), the first inner step). The
+    sampling weights carry no gradient, as with real samples; rho = pi_theta / pi_old.
 
-    * ``"grad KL(pi||pi_ref)"`` and ``"grad KL(pi_ref||pi)"``: autograd of the exact KLs;
-    * ``"k1/k2/k3 in the loss"``: grad of sum_y sg(pi) k(y);
-    * ``"k1 in the reward"``: reward R - k1(y) in the REINFORCE loss, k1 a constant:
-      grad of sum_y sg(pi) sg(k1(y)) log pi(y);
-    * ``"k3 x ratio (bias-corrected)"``: grad of sum_y pi_old(y) (pi/pi_old)(y) k3(y).
+    * ``"grad KL(pi||pi_ref)"`` and ``"grad KL(pi_ref||pi)"``: autograd of the exact KLs of
+      pi_theta;
+    * ``"k1/k2/k3 in the loss"``: grad of sum_y pi_old(y) k(y; theta), the estimator added to
+      the loss without a ratio;
+    * ``"k1 in the reward"``: reward R - k1(y) in the REINFORCE loss, k1 a constant, no ratio:
+      grad of sum_y pi_old(y) sg(k1(y)) log pi_theta(y);
+    * ``"k1 in the reward x ratio"``: the same in PPO's ratio loss: grad of
+      sum_y pi_old(y) sg(k1(y)) rho(y);
+    * ``"k3 x ratio (bias-corrected)"``: grad of sum_y pi_old(y) rho(y) k3(y) (DeepSeek-V3.2).
+
+    With pi_old = pi_theta the "k1 in the reward" rows and "k2 in the loss" equal
+    grad KL(pi||pi_ref) and "k3 in the loss" equals grad KL(pi_ref||pi); once pi_old differs,
+    only the rows with the ratio keep following grad KL(pi||pi_ref).
     """
     check_same_shape(theta, ref_logits, "theta", "ref_logits")
     log_ref = torch.log_softmax(ref_logits, -1)
     old = theta if old_logits is None else old_logits
+    check_same_shape(theta, old, "theta", "old_logits")
     log_old = torch.log_softmax(old, -1).detach()
+    p_old = log_old.exp()
 
     def in_loss(estimator):
         def objective(th):
             log_p = torch.log_softmax(th, -1)
-            return (log_p.exp().detach() * estimator(log_p, log_ref)).sum()
+            return (p_old * estimator(log_p, log_ref)).sum()
 
         return objective
 
     def k1_in_reward(th):
         log_p = torch.log_softmax(th, -1)
-        return (log_p.exp().detach() * kl_k1(log_p, log_ref).detach() * log_p).sum()
+        return (p_old * kl_k1(log_p, log_ref).detach() * log_p).sum()
+
+    def k1_in_reward_with_ratio(th):
+        log_p = torch.log_softmax(th, -1)
+        return (p_old * kl_k1(log_p, log_ref).detach() * torch.exp(log_p - log_old)).sum()
 
     def bias_corrected(th):
         log_p = torch.log_softmax(th, -1)
-        return (log_old.exp() * kl_k3_bias_corrected(log_p, log_old, log_ref)).sum()
+        return (p_old * kl_k3_bias_corrected(log_p, log_old, log_ref)).sum()
 
     out = {
         "grad KL(pi||pi_ref)": _grad(lambda th: categorical_kl(th, ref_logits), theta),
@@ -137,5 +152,6 @@ def kl_placement_gradients(
     for name, estimator in ESTIMATORS.items():
         out[f"{name} in the loss"] = _grad(in_loss(estimator), theta)
     out["k1 in the reward"] = _grad(k1_in_reward, theta)
+    out["k1 in the reward x ratio"] = _grad(k1_in_reward_with_ratio, theta)
     out["k3 x ratio (bias-corrected)"] = _grad(bias_corrected, theta)
     return out

@@ -46,11 +46,30 @@ def test_placement_gradients():
     theta = torch.randn(6, generator=g, dtype=torch.float64)
     ref = theta + 1.5 * torch.randn(6, generator=g, dtype=torch.float64)
     old = theta - 0.3 * torch.randn(6, generator=g, dtype=torch.float64)
-    grads = kl_placement_gradients(theta, ref, old_logits=old)
+    # First inner step, samples from pi_theta itself.
+    grads = kl_placement_gradients(theta, ref)
     reverse, forward = grads["grad KL(pi||pi_ref)"], grads["grad KL(pi_ref||pi)"]
     assert (reverse - forward).abs().max() > 0.1
     torch.testing.assert_close(grads["k1 in the reward"], reverse)
+    torch.testing.assert_close(grads["k1 in the reward x ratio"], reverse)
     torch.testing.assert_close(grads["k2 in the loss"], reverse)
     torch.testing.assert_close(grads["k3 in the loss"], forward)
     torch.testing.assert_close(grads["k3 x ratio (bias-corrected)"], reverse)
     assert grads["k1 in the loss"].abs().max() < 1e-12
+    # Later inner steps: every row samples from pi_old != pi_theta. Only the rows that carry
+    # the ratio still follow grad KL(pi||pi_ref); plain k3 in the loss follows neither KL.
+    moved = kl_placement_gradients(theta, ref, old_logits=old)
+    torch.testing.assert_close(moved["grad KL(pi||pi_ref)"], reverse)
+    torch.testing.assert_close(moved["k1 in the reward x ratio"], reverse)
+    torch.testing.assert_close(moved["k3 x ratio (bias-corrected)"], reverse)
+    for name in ("k3 in the loss", "k2 in the loss", "k1 in the reward"):
+        assert (moved[name] - reverse).abs().max() > 0.01, name
+    assert (moved["k3 in the loss"] - forward).abs().max() > 0.01
+    # Written out independently: plain k3 in the loss has expected gradient
+    # sum_y pi_old(y) (1 - pi_ref / pi_theta)(y) grad log pi_theta(y).
+    p_old = torch.softmax(old, -1)
+    p, p_ref = torch.softmax(theta, -1), torch.softmax(ref, -1)
+    jac = torch.diag(p) - p[:, None] * p[None, :]  # d pi / d theta, rows y
+    grad_log = jac / p[:, None]  # d log pi(y) / d theta
+    expected = (p_old * (1 - p_ref / p))[:, None] * grad_log
+    torch.testing.assert_close(moved["k3 in the loss"], expected.sum(0))
