@@ -35,7 +35,11 @@ GROUP_MODES: tuple[str, ...] = ("normalized_rewards", "loo_rewards")
 
 
 def compute_deltas(
-    rewards: torch.Tensor, mode: str, eps: float = 1e-6, std_floor: float = 1e-3
+    rewards: torch.Tensor,
+    mode: str,
+    eps: float = 1e-6,
+    std_floor: float = 1e-3,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Turn rewards float[batch, trial] into deltas float[batch, trial].
 
@@ -56,10 +60,20 @@ def compute_deltas(
       std_batch the sample std of *every* reward of the batch (TRL's
       ``scale_rewards="batch"``). Needs batch x trial >= 2.
     * ``reinforce_pp_baseline``: REINFORCE++-baseline (Hu et al. 2025, arXiv 2501.03262):
-      subtract the group mean, then divide by the std of those centred rewards
-      over the whole *batch* (their batch mean is 0 already, so this is the global
-      whitening): (r - mean(r)) / (max(std_batch(r - mean(r)), std_floor) + eps).
-      Needs batch x trial >= 2.
+      subtract the group mean, c = r - mean(r), then whiten c over the batch's *tokens*
+      (every token of response i carries c_i; ``mask`` float[batch, trial, pos] says which
+      slots are tokens): (c - mean_tok(c)) / (max(std_tok(c), std_floor) + eps), mean and
+      sample std over the masked tokens, as verl's ``compute_reinforce_plus_plus_baseline
+      _outcome_advantage`` (``masked_whiten``) does. A long response then counts once per
+      token (OpenRLHF, the authors' framework, uses the population std; the two differ by
+      sqrt(T / (T - 1)) for T tokens). Without ``mask`` each response counts once (one
+      token each): c / (max(std_batch(c), std_floor) + eps), as the batch mean of c is 0.
+      With equal lengths L the token mean is 0 as well and only Bessel's correction differs:
+      std_tok = std_batch * sqrt(L (N - 1) / (N L - 1)) for N responses (L = 1: identical).
+      Needs batch x trial >= 2 (and, with a mask, >= 2 masked tokens).
+
+    ``mask`` is read by ``reinforce_pp_baseline`` only; it must be 0/1 [batch, trial, pos].
+    The output keeps the rewards' floating dtype (integer rewards become float32).
     """
     check_mode(mode, DELTA_MODES, "delta mode")
     check_ndim(rewards, 2, "rewards", "batch, trial")
@@ -93,13 +107,36 @@ def compute_deltas(
         return (rewards - mean) / (rewards.std().clamp_min(std_floor) + eps)
     if mode == "reinforce_pp_baseline":
         centered = rewards - mean
-        return centered / (centered.std().clamp_min(std_floor) + eps)
+        if mask is None:
+            return centered / (centered.std().clamp_min(std_floor) + eps)  # batch mean is 0
+        token_mask = _token_mask(mask, rewards.shape)
+        tokens = centered[..., None].expand(token_mask.shape)[token_mask]
+        if tokens.numel() < 2:
+            raise ValueError(
+                "mask: reinforce_pp_baseline whitens over the batch's tokens and needs at "
+                f"least 2 masked tokens, got {tokens.numel()}"
+            )
+        return (centered - tokens.mean()) / (tokens.std().clamp_min(std_floor) + eps)
     if mode == "max_rewards":
         best = rewards.max(dim=-1, keepdim=True).values
         return torch.where(rewards == best, rewards, torch.zeros_like(rewards))
     # loo_rewards
     loo_mean = (rewards.sum(dim=-1, keepdim=True) - rewards) / (group_size - 1)
     return rewards - loo_mean
+
+
+def _token_mask(mask: torch.Tensor, shape) -> torch.Tensor:
+    """The 0/1 mask float/bool[batch, trial, pos] matching rewards [batch, trial], as bool."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}")
+    if mask.ndim != 3 or tuple(mask.shape[:2]) != tuple(shape):
+        raise ValueError(
+            f"mask must be [batch, trial, pos] matching rewards {list(shape)}, got "
+            f"{list(mask.shape)}"
+        )
+    if mask.dtype != torch.bool and not ((mask == 0) | (mask == 1)).all():
+        raise ValueError("mask must hold only 0 and 1 (or be bool)")
+    return mask != 0
 
 
 # --------------------------------------------------------------------------------------
@@ -112,8 +149,10 @@ def group_baseline_deltas(rollout, config) -> torch.Tensor:
 
     rollout.rewards float[batch, trial] -> float[batch, trial]. No value model: the
     baseline is built from the other samples of the same prompt (GRPO, RLOO, ...).
+    ``reinforce_pp_baseline`` whitens over the rollout's tokens (``rollout.mask``).
     """
-    return compute_deltas(rollout.rewards, config.deltas_mode)
+    mask = rollout.mask if config.deltas_mode == "reinforce_pp_baseline" else None
+    return compute_deltas(rollout.rewards, config.deltas_mode, mask=mask)
 
 
 class _StatelessEstimator:

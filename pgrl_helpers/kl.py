@@ -35,22 +35,36 @@ from .masking import masked_normalize
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
 
 
-def _log_r(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+def _log_w(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    """log w = log pi_ref - log pi per sample, unclamped (inputs checked)."""
     check_same_shape(log_probs, ref_log_probs, "log_probs", "ref_log_probs")
     check_finite(log_probs, "log_probs")
     check_finite(ref_log_probs, "ref_log_probs")
-    # clamp so that exp never overflows into inf
-    return (ref_log_probs - log_probs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+    return ref_log_probs - log_probs
+
+
+def _log_r(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
+    # k3 exponentiates log w: clamp so that exp never overflows into inf (k1, k2 need no cap)
+    return _log_w(log_probs, ref_log_probs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
 
 
 def kl_k1(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
-    """k1 = log pi - log pi_ref per sample (same shape as the inputs)."""
-    return -_log_r(log_probs, ref_log_probs)
+    """k1 = log pi - log pi_ref per sample (same shape and dtype as the inputs).
+
+    Not capped: -log w is finite for finite inputs, and its gradient (+-1) must keep
+    pulling on the tokens that drifted furthest (verl and Schulman's k1 have no cap;
+    OpenRLHF clamps the *output* of every estimator at +-10 instead).
+    """
+    return -_log_w(log_probs, ref_log_probs)
 
 
 def kl_k2(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
-    """k2 = (log pi_ref - log pi)^2 / 2 per sample (same shape as the inputs)."""
-    return 0.5 * _log_r(log_probs, ref_log_probs) ** 2
+    """k2 = (log pi_ref - log pi)^2 / 2 per sample (same shape and dtype), not capped.
+
+    A square of finite numbers: no overflow to guard against below ~1e154 (float64) or
+    ~1e19 (float32), far beyond any log-prob difference.
+    """
+    return 0.5 * _log_w(log_probs, ref_log_probs) ** 2
 
 
 def kl_k3_unclamped(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:

@@ -122,10 +122,6 @@ def test_bad_input_raises_naming_the_argument():
             compute_gae(rewards, values, mask, gamma=bad)
         with pytest.raises(ValueError, match="lam must be a number in"):
             compute_gae(rewards, values, mask, lam=bad)
-    holes = torch.ones_like(mask)
-    holes[0, 0, 2] = 0
-    with pytest.raises(ValueError, match="mask has holes"):
-        compute_gae(rewards, values, holes)
     with pytest.raises(ValueError, match="mask must hold only 0 and 1"):
         compute_gae(rewards, values, mask * 0.5)
     nan = values.clone()

@@ -77,11 +77,16 @@ def test_error_messages_name_the_argument():
 
 def test_group_baseline_deltas_uses_the_rollout_rewards_and_the_config_mode():
     rewards = torch.tensor(R)
+    lengths = torch.arange(rewards.numel()).reshape(rewards.shape) % 3 + 1
+    mask = (torch.arange(3) < lengths[..., None]).float()  # lengths 1, 2, 3, 1, ...
     for mode in DELTA_MODES:
         got = group_baseline_deltas(
-            SimpleNamespace(rewards=rewards), SimpleNamespace(deltas_mode=mode)
+            SimpleNamespace(rewards=rewards, mask=mask), SimpleNamespace(deltas_mode=mode)
         )
-        assert torch.equal(got, compute_deltas(rewards, mode)), mode
+        token_mask = mask if mode == "reinforce_pp_baseline" else None
+        assert torch.equal(got, compute_deltas(rewards, mode, mask=token_mask)), mode
+    plain = compute_deltas(rewards, "reinforce_pp_baseline")
+    assert not torch.allclose(compute_deltas(rewards, "reinforce_pp_baseline", mask=mask), plain)
 
 
 def test_batch_modes_by_hand():

@@ -55,7 +55,7 @@ def test_one_slot_responses():
     assert adv.tolist() == [[[1.5], [0.0]]] and ret.tolist() == [[[2.0], [0.0]]]
 
 
-def test_int_and_float64_inputs_give_float32_without_gradient():
+def test_int_inputs_give_float32_and_float64_stays_float64_without_gradient():
     ints = compute_gae(REWARDS.long(), VALUES.long(), MASK.long(), 0.9, 0.8)
     floats = compute_gae(REWARDS.long().float(), VALUES.long().float(), MASK, 0.9, 0.8)
     for got, want in zip(ints, floats):
@@ -63,11 +63,11 @@ def test_int_and_float64_inputs_give_float32_without_gradient():
         torch.testing.assert_close(got, want)
     values = VALUES.double().requires_grad_(True)
     adv, ret = compute_gae(REWARDS.double(), values, MASK.double(), 0.9, 0.8)
-    assert adv.dtype == ret.dtype == torch.float32
+    assert adv.dtype == ret.dtype == torch.float64
     assert not adv.requires_grad and not ret.requires_grad
     ref_adv, ref_ret = by_hand(0.9, 0.8)
-    torch.testing.assert_close(adv, ref_adv)
-    torch.testing.assert_close(ret, ref_ret)
+    torch.testing.assert_close(adv, ref_adv.double())
+    torch.testing.assert_close(ret, ref_ret.double())
 
 
 def test_outcome_rewards_are_float32_for_int_rewards_and_a_bool_mask():
@@ -152,5 +152,5 @@ def test_error_messages_name_the_argument():
         ),
     ):
         whiten(torch.ones(1, 2, 3), MASK)
-    with pytest.raises(ValueError, match="^mask has holes"):
-        whiten(torch.ones(1, 1, 3), torch.tensor([[[0.0, 1.0, 1.0]]]))
+    with pytest.raises(ValueError, match="^mask must hold only 0 and 1$"):
+        whiten(torch.ones(1, 1, 3), torch.tensor([[[0.0, 2.0, 1.0]]]))

@@ -43,12 +43,15 @@ def test_default_estimator_is_k3():
     assert torch.equal(kl_estimate(LOG_P, LOG_Q, "k2"), kl_k2(LOG_P, LOG_Q))
 
 
-def test_log_ratio_is_clamped_on_both_sides():
-    # log r = ref - log_probs = -100 and +100, clamped to -+MAX_LOG_RATIO like compute_ratio
-    log_probs = torch.tensor([[[100.0, -100.0]]])
+def test_k1_k2_are_not_capped_and_k3_clamps_its_log_ratio_on_both_sides():
+    # log r = ref - log_probs = -100 and +100: k1 and k2 take them as they are (no exp),
+    # k3 clamps to -+MAX_LOG_RATIO before exp, like compute_ratio
+    log_probs = torch.tensor([[[100.0, -100.0]]], requires_grad=True)
     ref = torch.zeros(1, 1, 2)
-    torch.testing.assert_close(kl_k1(log_probs, ref)[0, 0], torch.tensor([20.0, -20.0]))
-    torch.testing.assert_close(kl_k2(log_probs, ref)[0, 0], torch.tensor([200.0, 200.0]))
+    torch.testing.assert_close(kl_k1(log_probs, ref)[0, 0], torch.tensor([100.0, -100.0]))
+    torch.testing.assert_close(kl_k2(log_probs, ref)[0, 0], torch.tensor([5000.0, 5000.0]))
+    (grad,) = torch.autograd.grad(kl_k2(log_probs, ref).sum(), log_probs)
+    torch.testing.assert_close(grad[0, 0], torch.tensor([100.0, -100.0]))
     assert MAX_LOG_RATIO == 20.0
     k3 = kl_k3(log_probs, ref)[0, 0]
     torch.testing.assert_close(k3[0], torch.tensor(math.expm1(-20.0) + 20.0))
