@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """One entry point for the pgrl series; needs nothing but python3.
 
-    python3 tasks.py lab          set up .venv (first time) and open JupyterLab on notebooks/
+    python3 tasks.py lab          set up .venv (first time) and open JupyterLab on workspace/,
+                                  your own copy of the notebooks and the student assignments
+                                  (made on first run; --reset refreshes it from the committed
+                                  versions, keeping a backup; other arguments go to JupyterLab)
     python3 tasks.py test         set up .venv (first time) and run every check:
                                   ruff, pytest unit tests, nbval over every notebook
     python3 tasks.py setup        only create / update .venv
     python3 tasks.py bench        run the benchmark scripts in benchmarks/
     python3 tasks.py assignments  generate student notebooks from the instructor ones
     python3 tasks.py book         build the series as a static, offline website in build/book/html
+    python3 tasks.py timings      run every notebook from a fresh kernel (a temporary copy) and
+                                  write benchmarks/results/notebook_timings.json
     python3 tasks.py mutation     mutation testing of the numerical core (slow; not in `test`)
 
 The Makefile has the same targets (make lab, make test, ...).
@@ -16,15 +21,30 @@ The Makefile has the same targets (make lab, make test, ...).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
 PY = BIN / "python"
+#: The learner's working copy (git-ignored): notebooks/ and assignments/ side by side
+#: (``PGRL_WORKSPACE`` moves it, e.g. for tests).
+WORKSPACE = Path(os.environ.get("PGRL_WORKSPACE") or ROOT / "workspace").resolve()
+#: What the workspace holds: its folder -> the committed files copied into it.
+WORKSPACE_SOURCES = {
+    "notebooks": ("notebooks", "[0-9][0-9]_*.ipynb"),
+    "assignments": ("assignments/student", "*.ipynb"),
+}
+#: JupyterLab options that choose the folder it serves (a user's choice replaces ours).
+ROOT_DIR_OPTIONS = ("--ServerApp.root_dir", "--notebook-dir", "--ServerApp.notebook_dir")
 
 #: Requirement files installed for readers (lab) and, in addition, for the test run.
 LAB_REQUIREMENTS = ["requirements.txt"]
@@ -42,42 +62,133 @@ def run(*cmd: str | Path, **kwargs) -> None:
     subprocess.run([str(c) for c in cmd], check=True, cwd=ROOT, **kwargs)
 
 
-def setup(requirement_files: list[str]) -> None:
-    """Create .venv if needed and install the given requirement files plus this package."""
+def setup(
+    requirement_files: list[str],
+    constraints: list[str] = (),
+    editable: bool = True,
+    about: str = "the pinned packages",
+) -> None:
+    """Create .venv if needed and install the given requirement files plus this package.
+
+    ``constraints`` pin versions (``pip -c``) without installing anything; ``editable``
+    installs this package (``pip install -e .``). Prints what it installs and about how long
+    it takes; pip's own progress stays visible.
+    """
     files = [f for f in requirement_files if (ROOT / f).exists()]
+    constraints = [f for f in constraints if (ROOT / f).exists()]
     if not PY.exists():
+        print(f"Creating the virtual environment {VENV} ...", flush=True)
         run(sys.executable, "-m", "venv", VENV)
         run(PY, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
     digest = hashlib.sha256()
-    for f in files + ["pyproject.toml"]:
+    for f in files + constraints + ["pyproject.toml"]:
         digest.update((ROOT / f).read_bytes())
+    if not editable:
+        digest.update(b"without this package")
     stamp = VENV / f".installed-{digest.hexdigest()[:16]}"
     if stamp.exists():
         return
     args = []
     for f in files:
         args += ["-r", f]
-    run(PY, "-m", "pip", "install", "--quiet", *args)
-    run(PY, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "-e", ".")
+    for f in constraints:
+        args += ["-c", f]
+    print(
+        f"Installing {about} ({', '.join(files)}) into .venv. The first time this takes a few "
+        "minutes (about 4 min for requirements.txt, most of it torch); later runs skip it.",
+        flush=True,
+    )
+    run(PY, "-m", "pip", "install", "--progress-bar", "on", *args)
+    if editable:
+        # setuptools prints a boxed 'Editable installation' notice here; it is harmless, so
+        # the output is shown only if the step fails
+        print("+ pip install -e . (this package, editable)", flush=True)
+        done = subprocess.run(
+            [str(PY), "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
+            + ["-e", "."],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode:
+            print(done.stdout + done.stderr, file=sys.stderr)
+            raise subprocess.CalledProcessError(done.returncode, done.args)
     stamp.touch()
+    print("Setup done.", flush=True)
 
 
-def lab_command(*extra: str) -> list[str]:
-    """JupyterLab on notebooks/, bound to 127.0.0.1, token auth on (never disabled)."""
-    cmd = [
-        str(BIN / "jupyter"),
-        "lab",
-        "--ip=127.0.0.1",
-        f"--ServerApp.root_dir={ROOT / 'notebooks'}",
-    ]
+def lab_command(*extra: str, root_dir: Path = WORKSPACE) -> list[str]:
+    """JupyterLab on ``root_dir``, bound to 127.0.0.1, token auth on (never disabled).
+
+    ``extra`` arguments go to JupyterLab unchanged. One that picks the served folder
+    (``--ServerApp.root_dir=...``, ``--notebook-dir=...``) replaces ``root_dir``, so the two
+    never clash. One Ctrl+C stops the server (``answer_yes``: no "Shut down? (y/[n])").
+    """
+    cmd = [str(BIN / "jupyter"), "lab", "--ip=127.0.0.1", "--ServerApp.answer_yes=True"]
+    if not any(arg.split("=")[0] in ROOT_DIR_OPTIONS for arg in extra):
+        cmd.append(f"--ServerApp.root_dir={root_dir}")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")  # JupyterLab refuses root otherwise; token auth stays on
     return cmd + list(extra)
 
 
+def make_workspace(workspace: Path = WORKSPACE, reset: bool = False) -> list[Path]:
+    """The learner's copy: committed notebooks and student assignments, side by side.
+
+    Files already in the workspace are the learner's work and are never overwritten; only
+    missing ones are copied (so a notebook added by ``git pull`` appears). With ``reset``,
+    the copies are refreshed from the committed versions and the old ones moved to
+    ``workspace/.backup/<time>/`` first. Returns the files copied.
+    """
+    copied = []
+    backup = workspace / ".backup" / time.strftime("%Y%m%d-%H%M%S")
+    for folder, (source, pattern) in WORKSPACE_SOURCES.items():
+        target = workspace / folder
+        target.mkdir(parents=True, exist_ok=True)
+        for original in sorted((ROOT / source).glob(pattern)):
+            copy = target / original.name
+            if copy.exists() and reset:
+                (backup / folder).mkdir(parents=True, exist_ok=True)
+                shutil.move(str(copy), backup / folder / original.name)
+            if not copy.exists():
+                shutil.copyfile(original, copy)
+                copied.append(copy)
+    readme = workspace / "README.md"
+    if not readme.exists():
+        readme.write_text(
+            "# Your workspace\n\n"
+            "Your own copies of the series (`notebooks/`) and of the student assignments\n"
+            "(`assignments/`). Edit and save freely: this folder is git-ignored, and the\n"
+            "committed originals are never touched. `python3 tasks.py lab --reset` refreshes\n"
+            "the copies from the committed versions (your old files go to `.backup/`).\n"
+        )
+    return copied
+
+
 def lab() -> None:
-    setup(LAB_REQUIREMENTS)
-    run(*lab_command(*sys.argv[2:]))
+    extra = sys.argv[2:]
+    reset = "--reset" in extra
+    extra = [arg for arg in extra if arg != "--reset"]
+    setup(LAB_REQUIREMENTS, about="the student packages")
+    copied = make_workspace(reset=reset)
+    print(
+        f"Your workspace: {WORKSPACE} ({len(copied)} files copied from the committed versions; "
+        "your own edits there are kept). Stop the server with Ctrl+C.",
+        flush=True,
+    )
+    cmd = lab_command(*extra)
+    print("+", " ".join(cmd), flush=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT)
+    # Ctrl+C reaches JupyterLab (same process group), which shuts down cleanly; this
+    # process only waits for it, without a KeyboardInterrupt traceback
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        code = proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    print("JupyterLab stopped.", flush=True)
+    if code not in (0, -signal.SIGINT, 128 + signal.SIGINT):
+        sys.exit(code)
 
 
 def test() -> None:
@@ -123,29 +234,195 @@ def assignments() -> None:
     run(PY, ROOT / "assignments" / "make_assignments.py", *sys.argv[2:])
 
 
-def book_command(out: Path, python: str | Path = PY) -> list[str]:
-    """Sphinx + myst-nb build of the book site into out/html (config: book/conf.py).
+def book_command(out: Path, python: str | Path = PY, source: Path = ROOT) -> list[str]:
+    """Sphinx + myst-nb build of the book site into out/html (config: source/book/conf.py).
 
-    The notebooks as committed: stored outputs, nothing executed. Warnings (a broken link,
+    The notebooks with their stored outputs, nothing executed. Warnings (a broken link,
     a missing page) fail the build.
     """
-    sphinx = [str(python), "-m", "sphinx", "-b", "html", "-c", str(ROOT / "book")]
+    sphinx = [str(python), "-m", "sphinx", "-b", "html", "-c", str(source / "book")]
     return sphinx + [
         "-d",
         str(out / "doctrees"),
         "-W",
         "--keep-going",
         "-q",
-        str(ROOT),
+        str(source),
         str(out / "html"),
     ]
 
 
+def committed_tree(target: Path) -> bool:
+    """Extract the committed files (git HEAD) into ``target``; False if this is no git clone."""
+    try:
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", "HEAD"], cwd=ROOT, capture_output=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+    return True
+
+
+#: What ``tasks.py book`` installs: the site builder only (no torch, no JupyterLab); the
+#: student pins constrain the versions shared with it (nbformat, ipykernel, ...).
+BOOK_REQUIREMENTS = ["requirements-book.txt"]
+BOOK_CONSTRAINTS = ["requirements.txt"]
+
+
 def book() -> None:
-    setup(["requirements.txt", "requirements-book.txt"])
+    setup(BOOK_REQUIREMENTS, BOOK_CONSTRAINTS, editable=False, about="the site builder")
     out = ROOT / "build" / "book"
-    run(*book_command(out), *sys.argv[2:])
+    extra = [arg for arg in sys.argv[2:] if arg != "--working-tree"]
+    with tempfile.TemporaryDirectory(prefix="pgrl-book-") as tmp:
+        # the committed notebooks, never a working copy a session may have rewritten
+        if "--working-tree" not in sys.argv[2:] and committed_tree(Path(tmp)):
+            print("Building the book from the committed files (git HEAD).", flush=True)
+            run(*book_command(out, source=Path(tmp)), *extra)
+        else:
+            print("Building the book from the working tree.", flush=True)
+            run(*book_command(out), *extra)
     print(f"Book built; open {out / 'html' / 'index.html'} in a browser (works offline).")
+
+
+#: Notebook cells slower than this should show progress (issue 29).
+SLOW_CELL_SECONDS = 20.0
+TIMINGS_JSON = ROOT / "benchmarks" / "results" / "notebook_timings.json"
+
+
+def timings() -> None:
+    """Run notebooks from a fresh kernel, each in a temporary copy; write the timings JSON.
+
+    ``python3 tasks.py timings [NN_name.ipynb ...] [--out PATH]`` (default: every notebook,
+    ``benchmarks/results/notebook_timings.json``). Wall time is measured here; CPU time is
+    the user + system time of the executing process and its kernel (``RUSAGE_CHILDREN``).
+    """
+    import resource
+
+    setup(LAB_REQUIREMENTS, about="the student packages")
+    args = sys.argv[2:]
+    out = TIMINGS_JSON
+    if "--out" in args:
+        at = args.index("--out")
+        out = Path(args[at + 1]).resolve()
+        del args[at : at + 2]
+    names = args or sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    results = []
+    for name in names:
+        notebook = ROOT / "notebooks" / Path(name).name
+        if not notebook.exists():
+            sys.exit(f"no notebook {notebook}")
+        with tempfile.TemporaryDirectory(prefix="pgrl-timings-") as tmp:
+            copy = Path(tmp) / notebook.name
+            shutil.copyfile(notebook, copy)
+            cells_json = Path(tmp) / "cells.json"
+            load_before = os.getloadavg()
+            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.perf_counter()
+            done = subprocess.run(
+                [str(PY), str(ROOT / "tasks.py"), "_execute_notebook", str(copy), str(cells_json)],
+                cwd=tmp,
+            )
+            wall = time.perf_counter() - start
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
+            cells = json.loads(cells_json.read_text()) if cells_json.exists() else []
+        slow = [c for c in cells if c["seconds"] > SLOW_CELL_SECONDS]
+        slowest = max(cells, key=lambda c: c["seconds"], default=None)
+        results.append(
+            {
+                "notebook": notebook.name,
+                "ok": done.returncode == 0,
+                "wall_seconds": round(wall, 1),
+                "cpu_seconds": round(cpu, 1),
+                "code_cells": len(cells),
+                "slowest_cell": slowest,
+                "cells_over_20_s": slow,
+                "load_average_1_5_15_min_before": [round(x, 2) for x in load_before],
+                "load_average_1_5_15_min_after": [round(x, 2) for x in os.getloadavg()],
+            }
+        )
+        print(
+            f"{notebook.name}: {'ok' if done.returncode == 0 else 'FAILED'}, wall {wall:.1f} s, "
+            f"CPU {cpu:.1f} s, slowest cell {slowest['seconds'] if slowest else '-'} s, "
+            f"load {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
+    payload = {
+        "what": "each notebook executed from a fresh kernel in a temporary copy "
+        "(python3 tasks.py timings); wall = elapsed seconds, cpu = user + system seconds of "
+        "the executing process and its kernel; load = 1/5/15-min load average of the machine, "
+        "which other work shares",
+        "commit": _git("rev-parse", "--short", "HEAD"),
+        # notebooks that differed from that commit when they were timed (others' edits)
+        "notebooks_modified_at_run": _git("status", "--porcelain", "notebooks").splitlines(),
+        "machine": {
+            "logical_cores": os.cpu_count(),
+            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        },
+        "slow_cell_seconds": SLOW_CELL_SECONDS,
+        "notebooks": results,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"wrote {out}")
+    if not all(r["ok"] for r in results):
+        sys.exit(1)
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def _execute_notebook() -> None:
+    """Worker of ``timings`` (runs in .venv): execute argv[2] in place, cell times to argv[3]."""
+    from datetime import datetime
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    path, out = Path(sys.argv[2]), Path(sys.argv[3])
+    notebook = nbformat.read(path, as_version=4)
+    client = NotebookClient(notebook, timeout=1800, kernel_name="python3", record_timing=True)
+    client.resources = {"metadata": {"path": str(path.parent)}}
+    error = None
+    try:
+        client.execute()
+    except Exception as err:  # noqa: BLE001 - reported, and the timings so far are kept
+        error = err
+    cells = []
+    for index, cell in enumerate(notebook.cells):
+        timing = cell.get("metadata", {}).get("execution", {})
+        if cell.cell_type != "code" or "shell.execute_reply" not in timing:
+            continue
+        began = timing.get("iopub.execute_input") or timing["shell.execute_reply.started"]
+        seconds = (
+            datetime.fromisoformat(timing["shell.execute_reply"].replace("Z", "+00:00"))
+            - datetime.fromisoformat(began.replace("Z", "+00:00"))
+        ).total_seconds()
+        progress = any(
+            o.get("name") == "stderr"
+            or "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+            for o in cell.get("outputs", [])
+        )
+        first_line = next((line for line in cell.source.splitlines() if line.strip()), "")
+        cells.append(
+            {
+                "cell": index,
+                "seconds": round(seconds, 2),
+                "shows_progress": progress,
+                "first_line": first_line[:100],
+            }
+        )
+    out.write_text(json.dumps(cells))
+    if error is not None:
+        print(f"{path.name}: {type(error).__name__}: {str(error)[-2000:]}", file=sys.stderr)
+        sys.exit(1)
 
 
 def mutation() -> None:
@@ -161,6 +438,8 @@ COMMANDS = {
     "bench": bench,
     "assignments": assignments,
     "book": book,
+    "timings": timings,
+    "_execute_notebook": _execute_notebook,
     "mutation": mutation,
 }
 

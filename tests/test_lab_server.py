@@ -1,4 +1,4 @@
-"""The README's first command serves the series: JupyterLab answers its API with the token only."""
+"""The README's first command serves the learner's workspace; JupyterLab answers with the token only."""
 
 import importlib.util
 import json
@@ -41,7 +41,10 @@ def lab_server(tmp_path):
     env = dict(os.environ)
     for var in ("JUPYTER_CONFIG_DIR", "JUPYTER_RUNTIME_DIR"):
         env[var] = str(tmp_path / var.lower())
-    cmd = tasks.lab_command("--no-browser", f"--port={port}", f"--IdentityProvider.token={token}")
+    workspace = tmp_path / "workspace"
+    tasks.make_workspace(workspace)
+    extra = ("--no-browser", f"--port={port}", f"--IdentityProvider.token={token}")
+    cmd = tasks.lab_command(*extra, root_dir=workspace)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -64,13 +67,15 @@ def lab_server(tmp_path):
         proc.wait(timeout=20)
 
 
-def test_lab_serves_the_notebooks_with_token_auth(lab_server):
+def test_lab_serves_the_workspace_with_token_auth(lab_server):
     base, token = lab_server
     assert get(f"{base}/api/status")[0] == 403, "the API must refuse requests without the token"
     status, body = get(f"{base}/api/contents?token={token}")
     assert status == 200
     names = {item["name"] for item in json.loads(body)["content"]}
-    assert "00_start_here.ipynb" in names
+    assert {"notebooks", "assignments"} <= names
+    status, body = get(f"{base}/api/contents/notebooks?token={token}")
+    assert "00_start_here.ipynb" in {item["name"] for item in json.loads(body)["content"]}
     assert get(f"{base}/lab?token={token}")[0] == 200
 
 
