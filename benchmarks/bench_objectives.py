@@ -6,18 +6,24 @@ of values (a prompt's key is its set of distinct values, 56 possible; see
 ``SortDedupTask.prompt_key``): the 10 validation prompts decide the stop (greedy exact >= 95%,
 checked every 5 epochs), the 10 test prompts are what we report. Reported per objective:
 responses sampled (resampled ones included) and wall time to the validation target, final
-test exact (median and worst seed), final token entropy, and the number of collapsed seeds
-(final entropy below 0.1 nats with test exact below the target).
+test exact (median and worst seed, and the exact permutation p-value against GRPO from
+``seed_stats.compare_seeds``), final token entropy, and the number of collapsed seeds by the
+course's one rule, ``pgrl_helpers.collapse.is_collapsed`` (mean entropy of the last 5 epochs
+below 0.1 nats and final *validation* exact below the target; it never reads the test set).
+
+Splits: every run shares one validation and one test split (``eval_seed``); the JSON records
+both (seed, size, key, the keys) and lists every objective under ``test_scored_by``: the test
+split scores each of the seven recipes once, at the end, and chooses nothing (the tuning and
+the stop read validation only).
 
 Tuning budget (``--tune``): one learning rate per objective chosen from ``TUNING_LRS`` on one
 tuning seed (``TUNING_SEED``, not a leaderboard seed) trained ``TUNING_EPOCHS`` epochs, by final
-*validation* exact (ties:
-fewer responses to target, then higher validation reward); everything else is the paper's /
-TRL's recommended setting on top of the shared ``BASE``. Wall times are measured on a shared
-2-core CPU (load averages saved with the results) and are only comparable within one run;
-CPU seconds are saved too. The leaderboard runs stop at the target or at ``MAX_EPOCHS`` = 150
-(the tuning runs had 60). A first run at 40 epochs (2026-12-02, cut by a load of ~45) saw no
-objective reach the target in any of its 35 runs.
+*validation* exact (ties: fewer responses to target, then higher validation reward); everything
+else is the paper's / TRL's recommended setting on top of the shared ``BASE``. The grid's
+lower edge (3e-3) was chosen for every objective: lower rates were not tried (``--tune PART
+--lr LR`` adds one). Wall times are measured on a shared 2-core CPU (load averages
+saved with the results) and are only comparable within one run; CPU seconds are saved too. The
+leaderboard runs stop at the target or at ``MAX_EPOCHS`` = 150 (the tuning runs had 60).
 """
 
 from __future__ import annotations
@@ -30,14 +36,15 @@ from dataclasses import replace
 
 from _common import RESULTS_DIR, markdown_table, save, setup
 
-from pgrl_helpers.seed_stats import permutation_p_value
-from pgrl_helpers.training import TrainConfig, run_policy_gradient
+from pgrl_helpers.collapse import ENTROPY_THRESHOLD, TAIL_EPOCHS, is_collapsed
+from pgrl_helpers.history import per_epoch
+from pgrl_helpers.seed_stats import compare_seeds, permutation_p_value
+from pgrl_helpers.training import TrainConfig, make_heldout_split, run_policy_gradient
 
 SEEDS = (0, 1, 2, 3, 4)
 TARGET = 0.95
 MAX_EPOCHS = 150
 TUNING_EPOCHS = 60
-COLLAPSE_ENTROPY = 0.1
 TUNING_LRS = (3e-3, 1e-2)
 TUNING_SEED = 100
 
@@ -87,6 +94,8 @@ def run(config: TrainConfig) -> dict:
     final, last = history.evals()[-1], history.steps()[-1]
     reached = history.stop_reason == "target"
     assert history.train_prompts_with_heldout_key == 0
+    validation_curve = [e["heldout_exact_sort"] for e in history.evals()]
+    entropy = per_epoch(history, "entropy")  # [epochs], at each epoch's first step
     return {
         "seed": config.seed,
         "learning_rate": config.learning_rate,
@@ -99,25 +108,47 @@ def run(config: TrainConfig) -> dict:
         "validation_reward": final["heldout_mean_reward"],
         "test_exact": final["test_exact_sort"],
         "final_entropy": last["entropy"],
-        "collapsed": last["entropy"] < COLLAPSE_ENTROPY and final["test_exact_sort"] < TARGET,
+        "collapsed": is_collapsed(validation_curve, entropy, TARGET),
+        "entropy_epochs": list(range(1, len(entropy) + 1)),
         "curve": curve,
+        "validation_curve": validation_curve,
+        "entropy": entropy,
+        "splits": split_record(history),
     }
 
 
-def tune(names: list[str], part: str) -> None:
-    """Each objective at every ``TUNING_LRS`` on ``TUNING_SEED``; saved as objectives_tuning_<part>."""
+def split_record(history) -> dict:
+    """The run's validation and test splits: seed, sizes, key and the keys themselves."""
+    config = history.config
+    task = config.build_task()
+    record = {}
+    for name, prompts in (("validation", history.heldout_prompts), ("test", history.test_prompts)):
+        keys = sorted(set(task.prompt_key(prompts).tolist()))
+        record[name] = {
+            "seed": config.eval_seed,
+            "size": int(prompts.shape[0]),
+            "distinct_keys": len(keys),
+            "key": "set of distinct values (SortDedupTask.prompt_key, a bit mask)",
+            "keys": keys,
+        }
+    return record
+
+
+def tune(names: list[str], part: str, lrs: tuple[float, ...] = TUNING_LRS) -> None:
+    """Each objective at every lr of ``lrs`` on ``TUNING_SEED``; saved as objectives_tuning_<part>."""
     setup()
     runs = {}
     for name in names:
         runs[name] = []
-        for lr in TUNING_LRS:
+        for lr in lrs:
             config = replace(BASE, seed=TUNING_SEED, learning_rate=lr, num_epochs=TUNING_EPOCHS)
             r = run(replace(config, **OBJECTIVES[name]))
-            r.pop("curve")
+            for key in ("curve", "validation_curve", "entropy", "entropy_epochs", "splits"):
+                r.pop(key)
             runs[name].append(r)
             print(f"tune {name} lr {lr:g}: validation {r['validation_exact']:.2f} "
                   f"({r['cpu_seconds']:.0f} CPU s)", flush=True)  # fmt: skip
-    save(f"objectives_tuning_{part}", {"lrs": list(TUNING_LRS), "seed": TUNING_SEED,
+    save(f"objectives_tuning_{part}", {"lrs": list(lrs), "seed": TUNING_SEED,
                                        "epochs": TUNING_EPOCHS, "runs": runs})  # fmt: skip
 
 
@@ -125,7 +156,8 @@ def chosen_learning_rates() -> dict[str, float]:
     """name -> the tuned lr: best final validation exact, then fewer responses, then reward."""
     runs = {}
     for path in sorted(RESULTS_DIR.glob("objectives_tuning_*.json")):
-        runs.update(json.loads(path.read_text())["runs"])
+        for name, rs in json.loads(path.read_text())["runs"].items():
+            runs.setdefault(name, []).extend(rs)  # the lrs of every tuning file
 
     def score(r):
         return (r["validation_exact"], -(r["responses_to_target"] or 1e12), r["validation_reward"])
@@ -175,11 +207,14 @@ def main(names: list[str], part: str | None = None, seeds=SEEDS) -> None:
     write(summary, results, None)
 
 
-def write(summary: list[dict], results: dict, part_loads) -> None:
-    """The leaderboard table, printed and saved with everything to results/objectives.json."""
+def leaderboard_table(summary: list[dict], results: dict) -> tuple[str, dict]:
+    """The markdown leaderboard and each objective's test-exact p-value against GRPO."""
     headers = ["objective", "lr (tuned)", f"seeds reaching {TARGET:.0%}", "responses to target (median)",
                "s to target (median)", "test exact median", "test exact worst seed",
-               "final entropy", "collapsed"]  # fmt: skip
+               "test exact vs GRPO: p", "final entropy", "collapsed"]  # fmt: skip
+    grpo = [r["test_exact"] for r in results["GRPO"]]
+    p_values = {name: compare_seeds([r["test_exact"] for r in rs], grpo, name, "GRPO")["p_value"]
+                for name, rs in results.items()}  # fmt: skip
 
     def fmt(x, spec):
         return "-" if x is None else format(x, spec)
@@ -187,16 +222,33 @@ def write(summary: list[dict], results: dict, part_loads) -> None:
     rows = [[s["objective"], f"{s['learning_rate']:g}", f"{s['seeds_reached']}/{len(SEEDS)}",
              fmt(s["median_responses_to_target"], ".0f"), fmt(s["median_seconds_to_target"], ".1f"),
              f"{s['median_test_exact']:.3f}", f"{s['worst_test_exact']:.3f}",
-             f"{s['median_final_entropy']:.3f}", s["collapsed"]] for s in summary]  # fmt: skip
-    table = markdown_table(headers, rows)
+             "-" if s["objective"] == "GRPO" else f"{p_values[s['objective']]:.3f}",
+             f"{s['median_final_entropy']:.3f}", f"{s['collapsed']}/{len(SEEDS)}"]
+            for s in summary]  # fmt: skip
+    return markdown_table(headers, rows), p_values
+
+
+def write(summary: list[dict], results: dict, part_loads) -> None:
+    """The leaderboard table, printed and saved with everything to results/objectives.json."""
+    table, p_values = leaderboard_table(summary, results)
     print(table)
     fields = {f: getattr(BASE, f) for f in ("prompt_length", "vocab_size", "max_response_length",
               "num_responses", "prompts_per_epoch", "num_steps_per_epoch", "learning_rate",
               "entropy_coef", "num_eval_prompts")}  # fmt: skip
     tuning = {"lrs": list(TUNING_LRS), "seed": TUNING_SEED, "epochs": TUNING_EPOCHS,
-              "chosen": chosen_learning_rates()}  # fmt: skip
+              "chosen": chosen_learning_rates(), "selected_by": "final validation exact"}  # fmt: skip
+    splits = next(iter(results.values()))[0]["splits"]
+    for rs in results.values():
+        for r in rs:
+            assert r.pop("splits") == splits, "every run shares one split"
     save("objectives", {"target": TARGET, "max_epochs": MAX_EPOCHS, "seeds": list(SEEDS),
-                        "tuning": tuning,
+                        "tuning": tuning, "splits": splits, "test_scored_by": list(results),
+                        "test_guided_choice": False,
+                        "collapse_rule": {"function": "pgrl_helpers.collapse.is_collapsed",
+                                          "entropy_below_nats": ENTROPY_THRESHOLD,
+                                          "entropy_mean_of_last_epochs": TAIL_EPOCHS,
+                                          "validation_exact_below": TARGET},
+                        "p_values_test_exact_vs_grpo": p_values,
                         "base": fields, "objectives": OBJECTIVES, "summary": summary,
                         "table": table, "part_load_averages": part_loads, "runs": results})  # fmt: skip
 
@@ -218,6 +270,64 @@ def merge(parts: list[str]) -> None:
             [r["seed"] for r in runs[name]],
         )
     write([summarise(name, runs[name]) for name in order], {n: runs[n] for n in order}, loads)
+
+
+def relabel() -> None:
+    """Labels, splits, p-values and table of objectives.json from its stored curves, no training.
+
+    The leaderboard of 2026-12-02 logged entropy at each evaluation (every 5 epochs, the
+    epoch's last optimizer step), not every epoch: ``is_collapsed`` gets those values with
+    their epochs (``entropy_epochs``) and averages the ones logged in the last 5 epochs."""
+    path = RESULTS_DIR / "objectives.json"
+    payload = json.loads(path.read_text())
+    every = BASE.eval_every
+    for name, runs in payload["runs"].items():
+        for r in runs:
+            points = r["curve"]  # (seconds, responses, validation exact, reward, entropy, length)
+            if not r["reached"]:  # one point per evaluation, at epochs every, 2 every, ...
+                assert len(points) * every == payload["max_epochs"], (name, r["seed"], len(points))
+            epochs = [every * (i + 1) for i in range(len(points))]  # a stop is at an evaluation
+            r["validation_curve"] = [p[2] for p in points]
+            r["entropy"] = [p[4] for p in points]
+            r["entropy_epochs"] = epochs
+            r["collapsed"] = is_collapsed(
+                r["validation_curve"], r["entropy"], payload["target"], entropy_epochs=epochs
+            )
+    results = payload["runs"]
+    summary = [summarise(name, rs) for name, rs in results.items()]
+    payload["summary"] = summary
+    payload["table"], payload["p_values_test_exact_vs_grpo"] = leaderboard_table(summary, results)
+    validation, test = make_heldout_split(BASE)
+    task = BASE.build_task()
+    payload["splits"] = {
+        name: {
+            "seed": BASE.eval_seed,
+            "size": int(prompts.shape[0]),
+            "distinct_keys": len(set(task.prompt_key(prompts).tolist())),
+            "key": "set of distinct values (SortDedupTask.prompt_key, a bit mask)",
+            "keys": sorted(set(task.prompt_key(prompts).tolist())),
+        }
+        for name, prompts in (("validation", validation), ("test", test))
+    }
+    payload["test_scored_by"] = list(results)
+    payload["test_guided_choice"] = False
+    payload["collapse_rule"] = {
+        "function": "pgrl_helpers.collapse.is_collapsed",
+        "entropy_below_nats": ENTROPY_THRESHOLD,
+        "entropy_mean_of_last_epochs": TAIL_EPOCHS,
+        "validation_exact_below": payload["target"],
+        "entropy_logged": f"every {every} epochs (the epoch's last optimizer step); the rule "
+        f"averages the values logged in the last {TAIL_EPOCHS} epochs",
+    }
+    payload["relabelled_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    payload["caveats"] = [
+        "REINFORCE++ ran before commit ca3af5e changed REINFORCE++-baseline whitening to the "
+        "batch's masked tokens (issue 28); its row is the earlier per-response whitening.",
+        "The tuning grid's lower edge (0.003) was chosen for every objective: lower rates were "
+        "not tried.",
+    ]
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    print(payload["table"])
 
 
 def results_section() -> str:
@@ -261,7 +371,11 @@ def results_section() -> str:
             f"{r['tuning']['lrs']} on one tuning seed ({r['tuning']['seed']}, not a leaderboard seed) "
             f"trained {r['tuning']['epochs']} epochs, chosen by final validation exact: {chosen}. "
             '"Responses to target" counts every sampled response (DAPO\'s resampled ones included); '
-            '"collapsed": final token entropy < 0.1 nats with test exact below the target. '
+            '"collapsed": `pgrl_helpers.collapse.is_collapsed`, the course\'s one rule (mean token '
+            "entropy of the last 5 epochs below 0.1 nats and final *validation* exact below the "
+            "target; a run that reached the target is never collapsed; the test set is never read; "
+            "this run logged entropy every 5 epochs, so the rule reads the value logged in the last "
+            "5). The test split scores each objective once per run and chooses nothing. "
             f"Leaderboard CPU: {cpu:.0f} s. Wall times come from a shared 2-core CPU (load averages "
             f"at the end of the worker processes: {r['part_load_averages']}): compare only within "
             "this table.",
@@ -270,9 +384,13 @@ def results_section() -> str:
             "",
             f"{reached} of {n_runs} runs reached the validation target. Differences from GRPO (exact "
             "two-sided permutation test on the 5 + 5 seed means; a run that never reached the target "
-            "counts its whole budget as its responses; notebook 11 prints the same): beyond seed "
-            f"noise (p < 0.05): {'; '.join(beyond) or 'none'}. Within seed noise: "
-            f"{'; '.join(within)}.",
+            "counts its whole budget as its responses; notebook 11 prints the same): p < 0.05: "
+            f"{'; '.join(beyond) or 'none'}. Within seed noise: {'; '.join(within)}. These are "
+            f"{len(beyond) + len(within)} tests: with a Bonferroni correction the threshold is "
+            f"{0.05 / (len(beyond) + len(within)):.4f}, below the smallest p that 5 + 5 seeds can "
+            "give (2/252 = 0.0079), so no single difference here survives it.",
+            "",
+            *(f"*Caveat:* {c}" for c in r.get("caveats", [])),
             "",
         ]
     )
@@ -283,10 +401,16 @@ if __name__ == "__main__":
     #        bench_objectives.py --part a GRPO DAPO (a subset, saved as objectives_a.json)
     #        bench_objectives.py --merge a b        (combine the parts into objectives.json)
     #        bench_objectives.py --tune a GRPO DAPO (tuning runs first, objectives_tuning_a.json)
+    #        bench_objectives.py --tune c --lr 0.001  (one more lr for every objective)
     #        bench_objectives.py --section          (print RESULTS.md's section from the JSON)
+    #        bench_objectives.py --relabel          (labels, splits, p-values from the stored curves)
     args = sys.argv[1:]
     if args[:1] == ["--section"]:
         print(results_section())
+    elif args[:1] == ["--relabel"]:
+        relabel()
+    elif args[:1] == ["--tune"] and args[2:3] == ["--lr"]:  # --tune PART --lr LR objective...
+        tune(args[4:] or list(OBJECTIVES), args[1], (float(args[3]),))
     elif args[:1] == ["--tune"]:
         tune(args[2:] or list(OBJECTIVES), args[1])
     elif args[:1] == ["--merge"]:

@@ -6,7 +6,7 @@ use ``is_collapsed``; nothing else in the course defines the word.
 **Rule.** A run is *collapsed* when, at its end,
 
 1. the policy is nearly deterministic: the mean token entropy of its last ``tail`` epochs
-   (nats per real response token, one value per epoch) is below ``entropy_threshold``, and
+   (nats per real response token) is below ``entropy_threshold``, and
 2. it is still wrong: its last greedy exact score on the **validation** prompts is below the
    run's ``target``.
 
@@ -17,7 +17,10 @@ score, so a diagnostic label can never leak the test set into a decision. This i
 Cui et al. (2025, arXiv 2505.22617, section 2) describe: entropy spent before the reward is
 earned, so the G samples of a prompt agree, their rewards tie and the group gives no gradient.
 
-The thresholds (0.1 nats, the last 5 epochs) were fixed before the benchmarks ran.
+The thresholds (0.1 nats, the last 5 epochs) were fixed before the benchmarks ran. A run that
+logged its entropy on some epochs only (``bench_objectives.py`` stores it at each evaluation,
+every 5 epochs) passes ``entropy_epochs``: the end entropy is then the mean of the values
+recorded within the last ``tail`` epochs.
 """
 
 from __future__ import annotations
@@ -47,16 +50,34 @@ def _finite_list(values: Sequence[float], name: str) -> list[float]:
     return values
 
 
-def end_entropy(entropy: Sequence[float], tail: int = TAIL_EPOCHS) -> float:
-    """Mean of the last ``tail`` values of a per-epoch entropy curve [epochs] (nats per token).
+def end_entropy(
+    entropy: Sequence[float],
+    tail: int = TAIL_EPOCHS,
+    entropy_epochs: Sequence[int] | None = None,
+) -> float:
+    """Mean entropy (nats per token) over the last ``tail`` epochs of a run.
 
-    A run shorter than ``tail`` epochs averages all its epochs."""
+    entropy: one value per epoch [epochs]; or, with ``entropy_epochs`` (the epoch of each
+    value, increasing), values logged on some epochs only: then the mean of those logged
+    within the last ``tail`` epochs (epoch > last epoch - tail). A run shorter than ``tail``
+    epochs averages all its values."""
     if not isinstance(tail, int) or isinstance(tail, bool) or tail < 1:
         raise ValueError(f"tail must be an int >= 1, got {tail!r}")
     values = _finite_list(entropy, "entropy")
     if min(values) < 0:
         raise ValueError(f"entropy must be >= 0 nats, got a minimum of {min(values)}")
-    last = values[-tail:]
+    if entropy_epochs is None:
+        last = values[-tail:]
+    else:
+        epochs = list(entropy_epochs)
+        if len(epochs) != len(values):
+            raise ValueError(
+                f"entropy_epochs must give one epoch per entropy value: {len(epochs)} epochs "
+                f"for {len(values)} values"
+            )
+        if any(b <= a for a, b in zip(epochs, epochs[1:])):
+            raise ValueError(f"entropy_epochs must increase, got {epochs}")
+        last = [v for e, v in zip(epochs, values) if e > epochs[-1] - tail]
     return sum(last) / len(last)
 
 
@@ -66,13 +87,15 @@ def is_collapsed(
     target: float,
     entropy_threshold: float = ENTROPY_THRESHOLD,
     tail: int = TAIL_EPOCHS,
+    entropy_epochs: Sequence[int] | None = None,
 ) -> bool:
     """True when the run ended nearly deterministic and still below ``target`` on validation.
 
     validation_exact: greedy exact on the validation prompts at each evaluation, in order
         [evals] (only the last one is read; the list makes the call site pass the curve,
         not a test score).
-    entropy: mean token entropy per epoch [epochs], nats per real response token.
+    entropy: mean token entropy per epoch [epochs], nats per real response token (or per
+        logged epoch, with ``entropy_epochs``; see ``end_entropy``).
     target: the run's validation target in (0, 1].
     entropy_threshold: > 0 nats; tail: epochs averaged (>= 1).
     """
@@ -83,6 +106,6 @@ def is_collapsed(
     validation = _finite_list(validation_exact, "validation_exact")
     if not all(0 <= v <= 1 for v in validation):
         raise ValueError(f"validation_exact must lie in [0, 1], got {validation}")
-    low_entropy = end_entropy(entropy, tail) < entropy_threshold
+    low_entropy = end_entropy(entropy, tail, entropy_epochs) < entropy_threshold
     still_wrong = validation[-1] < target
     return low_entropy and still_wrong

@@ -54,6 +54,23 @@ def test_end_entropy_is_the_tail_mean():
     assert end_entropy([1.0, 2.0, 3.0], tail=1) == 3.0
 
 
+def test_sparse_entropy_log_averages_the_last_epochs():
+    # logged every 5 epochs (epochs 5, 10, ..., 150): only epoch 150 lies in the last 5 epochs
+    epochs = list(range(5, 151, 5))
+    values = [1.0] * 29 + [0.05]
+    assert end_entropy(values, entropy_epochs=epochs) == pytest.approx(0.05)
+    assert is_collapsed([0.5], values, 0.95, entropy_epochs=epochs)
+    # logged every 2 epochs: epochs 146 and 148 and 150 count, 144 does not
+    epochs = [144, 146, 148, 150]
+    assert end_entropy([9.0, 0.3, 0.0, 0.0], entropy_epochs=epochs) == pytest.approx(0.1)
+    assert not is_collapsed([0.5], [9.0, 0.31, 0.0, 0.0], 0.95, entropy_epochs=epochs)
+    assert is_collapsed([0.5], [9.0, 0.2, 0.0, 0.0], 0.95, entropy_epochs=epochs)
+    with pytest.raises(ValueError, match="one epoch per entropy value"):
+        end_entropy([0.1, 0.2], entropy_epochs=[1])
+    with pytest.raises(ValueError, match="increase"):
+        end_entropy([0.1, 0.2], entropy_epochs=[2, 2])
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [
