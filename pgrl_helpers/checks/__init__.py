@@ -18,8 +18,11 @@ regions, so that ``nbgrader autograde`` turns a failed check into lost points.
 
 Modules: ``rewards`` (sort_distance_reward, exact expected reward), ``deltas`` (deltas and
 baselines), ``losses`` (the inner loop's freeze bug, the clipped loss), ``kl`` (k3),
-``training`` (a configuration that reaches the held-out target); ``_core`` holds what they
-share.
+``training`` (a configuration that reaches the held-out target), ``masks`` (masked mean, the
+three loss aggregations), ``gae`` (TD errors, GAE), ``objectives`` (GSPO's sequence ratio,
+CISPO's loss), ``offpolicy`` (truncated importance weights, effective sample size),
+``passk`` (unbiased pass@k), ``capstone`` (three broken runs to diagnose and fix); ``_core``
+holds what they share.
 """
 
 from ._core import (  # noqa: F401
@@ -28,6 +31,17 @@ from ._core import (  # noqa: F401
     TODO,
     CheckResult,
     run_check,
+)
+from .capstone import (  # noqa: F401
+    CAPSTONE_BUDGET,
+    CAPSTONE_STOP,
+    CAPSTONE_TARGET,
+    CAPSTONE_TASK,
+    CAUSES,
+    RUN_NAMES,
+    broken_config,
+    broken_run,
+    check_broken_run,
 )
 from .deltas import (  # noqa: F401
     BASELINE_DRAWS,
@@ -42,6 +56,10 @@ from .deltas import (  # noqa: F401
     reinforce_estimates,
     total_variance,
 )
+from .gae import (  # noqa: F401
+    check_gae,
+    check_td_errors,
+)
 from .kl import (  # noqa: F401
     check_kl_k3,
 )
@@ -52,6 +70,23 @@ from .losses import (  # noqa: F401
     _reference_loop,
     check_clipped_loss,
     check_inner_loop,
+)
+from .masks import (  # noqa: F401
+    check_aggregate_loss,
+    check_masked_mean,
+)
+from .objectives import (  # noqa: F401
+    check_cispo_loss,
+    check_sequence_ratio,
+)
+from .offpolicy import (  # noqa: F401
+    check_effective_sample_size,
+    check_truncated_weights,
+)
+from .passk import (  # noqa: F401
+    brute_force_pass_at_k,
+    check_mean_pass_at_k,
+    check_pass_at_k,
 )
 from .rewards import (  # noqa: F401
     _exact_inputs,

@@ -1,0 +1,116 @@
+"""Checkers: the unbiased pass@k estimator (Chen et al. 2021, eq. 1) against brute force."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import torch
+
+from ..passk import pass_at_k
+from ._core import _call, _check_unchanged, _Failed, _fmt_shape, _run
+
+
+def brute_force_pass_at_k(n: int, c: int, k: int) -> float:
+    """The fraction of the C(n, k) k-subsets of n samples (c correct) holding a correct one:
+    the quantity pass@k estimates, by enumeration (small n only)."""
+    samples = [True] * c + [False] * (n - c)
+    subsets = list(itertools.combinations(range(n), k))
+    return sum(any(samples[i] for i in subset) for subset in subsets) / len(subsets)
+
+
+#: (n, c, k) the check enumerates: every k for two small n, the edges c = 0, c = n, n - c < k.
+PASSK_CASES = [(n, c, k) for n in (5, 8) for c in (0, 1, 3, n) for k in range(1, n + 1)]
+
+
+def _number(out, what: str) -> float:
+    if isinstance(out, torch.Tensor):
+        if out.numel() != 1:
+            raise _Failed(f"{what} returned a tensor of shape {_fmt_shape(out)}; expected a number")
+        out = out.item()
+    if isinstance(out, bool) or not isinstance(out, (int, float)):
+        raise _Failed(f"{what} returned {type(out).__name__}, expected a number")
+    return float(out)
+
+
+def check_pass_at_k(fn: Callable, *, seed: int = 0, strict: bool = False):
+    """fn(n, c, k) -> float: the unbiased pass@k 1 - C(n - c, k) / C(n, k), checked against
+    brute-force enumeration of every k-subset, then at n = 200 for numerical stability."""
+
+    def diagnose() -> str:
+        cases = PASSK_CASES[seed % 3 :] + PASSK_CASES[: seed % 3]
+        for n, c, k in cases:
+            got = _number(_call(fn, n, c, k), f"pass_at_k({n}, {c}, {k})")
+            want = brute_force_pass_at_k(n, c, k)
+            if abs(got - want) <= 1e-9:
+                continue
+            at = f"at n = {n}, c = {c}, k = {k}: expected {want:.4f}, got {got:.4f}"
+            if abs(got - (1 - (1 - c / n) ** k)) <= 1e-9:
+                raise _Failed(
+                    f"biased estimator {at}: 1 - (1 - c/n)^k samples WITH replacement and "
+                    "underestimates pass@k for k > 1; use 1 - C(n - c, k) / C(n, k) (the chance "
+                    "that k samples drawn without replacement hold a correct one)"
+                )
+            if abs(got - (1 - want)) <= 1e-9:
+                raise _Failed(
+                    f"{at}: that is the chance that all k fail, C(n - c, k) / C(n, k); pass@k is "
+                    "1 minus it"
+                )
+            if abs(got - c / n) <= 1e-9:
+                raise _Failed(f"{at}: c / n is pass@1; pass@k depends on k")
+            raise _Failed(f"{at} (brute force over every {k}-subset)")
+        for n, c, k in ((200, 3, 50), (200, 150, 100), (200, 0, 10)):
+            got = _number(_call(fn, n, c, k), f"pass_at_k({n}, {c}, {k})")
+            want = pass_at_k(n, c, k)
+            if not abs(got - want) <= 1e-6:
+                raise _Failed(
+                    f"at n = {n}, c = {c}, k = {k}: expected {want:.6f}, got {got}; with "
+                    "large n, avoid factorials in floats (use math.comb, or the product "
+                    "1 - prod_{i = n-c+1}^{n} (1 - k / i))"
+                )
+        return (
+            f"matches brute force over every k-subset in {len(PASSK_CASES)} cases "
+            "(c = 0, c = n and n - c < k included) and is stable at n = 200"
+        )
+
+    return _run("pass_at_k", diagnose, strict)
+
+
+def _correct_matrix(seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1500 + seed)
+    rates = torch.tensor([0.0, 0.1, 0.5, 0.9, 0.3, 1.0])
+    return torch.rand(6, 10, generator=g) < rates[:, None]
+
+
+def check_mean_pass_at_k(fn: Callable, *, seed: int = 0, strict: bool = False):
+    """fn(correct bool[problems, n], k) -> float: the benchmark's pass@k, the MEAN over
+    problems of each problem's unbiased pass@k from its own count c_j."""
+
+    def diagnose() -> str:
+        correct = _correct_matrix(seed)
+        before = [correct.clone()]
+        n = correct.shape[1]
+        counts = [int(c) for c in correct.sum(1)]
+        for k in (1, 3, 7):
+            got = _number(_call(fn, correct, k), f"mean_pass_at_k(correct, {k})")
+            _check_unchanged(before, [correct])
+            want = sum(pass_at_k(n, c, k) for c in counts) / len(counts)
+            if abs(got - want) <= 1e-6:
+                continue
+            mean_c = sum(counts) / len(counts)
+            biased = sum(1 - (1 - c / n) ** k for c in counts) / len(counts)
+            pooled = pass_at_k(n, round(mean_c), k)
+            at = f"k = {k}: expected {want:.4f}, got {got:.4f}"
+            if abs(got - biased) <= 1e-6:
+                raise _Failed(f"{at}: that is the biased 1 - (1 - c/n)^k per problem")
+            if abs(got - pooled) <= 1e-6 or abs(got - (1 - (1 - mean_c / n) ** k)) <= 1e-6:
+                raise _Failed(
+                    f"{at}: you estimated pass@k from the mean count over problems; pass@k is "
+                    "not linear in c, so compute it per problem, then average"
+                )
+            if abs(got - float(correct.any(1).float().mean())) <= 1e-6:
+                raise _Failed(f"{at}: that is pass@n (any of all n samples); use k")
+            raise _Failed(f"{at} (mean over {len(counts)} problems of pass_at_k(n, c_j, k))")
+        return f"mean over {len(counts)} problems matches at k = 1, 3 and 7 (n = {n})"
+
+    return _run("mean_pass_at_k", diagnose, strict)

@@ -1,0 +1,100 @@
+"""The capstone's broken runs are really broken (each shows the symptom its cause names and
+never reaches the target), the intended fixes pass the checker with the visible and the
+hidden re-run seed, and wrong diagnoses or fixes are refused with a message saying why."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from pgrl_helpers import checks
+
+FIXES = {
+    "A": ("kl_penalty_too_strong", {"kl_penalty": 0.0}),
+    "B": ("learning_rate_too_high", {"learning_rate": 3e-3}),
+    "C": ("old_log_probs_not_detached", {"detach_old_log_probs": True}),
+}
+
+
+def solution(run):
+    cause, change = FIXES[run]
+    return lambda: (cause, replace(checks.broken_config(run), **change))
+
+
+def stub():
+    raise NotImplementedError()
+
+
+def result(run, fn, seed=None) -> checks.CheckResult:
+    try:
+        checks.check_broken_run(fn, run, seed=seed, strict=True)
+    except AssertionError as err:
+        line = str(err)
+        status = checks.TODO if line.startswith(checks.TODO) else checks.FAIL
+        return checks.CheckResult(run, status, line)
+    return checks.CheckResult(run, checks.PASS, "")
+
+
+@pytest.mark.parametrize("run", checks.RUN_NAMES)
+def test_broken_run_never_reaches_the_target_and_holds_out_by_content(run):
+    history = checks.broken_run(run)
+    evals = history.evals()
+    assert history.stop_reason is None, "a broken run must not stop at the target"
+    assert max(e["heldout_exact_sort"] for e in evals) < checks.CAPSTONE_STOP
+    assert evals[-1]["test_exact_sort"] < checks.CAPSTONE_TARGET
+    assert history.train_prompts_with_heldout_key == 0
+    config = history.config
+    responses = config.num_epochs * config.batch_prompts * config.num_responses
+    assert responses <= checks.CAPSTONE_BUDGET
+    for field, value in checks.CAPSTONE_TASK.items():
+        assert getattr(config, field) == value
+
+
+def test_each_broken_run_shows_the_symptom_its_cause_describes():
+    steps = {run: checks.broken_run(run).steps() for run in checks.RUN_NAMES}
+    # B, learning rate too high: entropy collapses, every group ties, the gradient vanishes
+    b = steps["B"]
+    assert b[-1]["entropy"] < 0.05 and b[-1]["frac_reward_zero_std"] == 1.0
+    assert b[-1]["grad_norm"] == 0.0
+    # C, old log-probs not detached: the gradient is exactly zero from the first step
+    c = steps["C"]
+    assert all(s["grad_norm"] == 0.0 for s in c)
+    assert c[-1]["entropy"] == pytest.approx(c[0]["entropy"], rel=1e-3)  # only the prompts vary
+    # A, KL penalty too strong: gradients flow, reward creeps up, entropy barely moves
+    a = steps["A"]
+    assert all(s["grad_norm"] > 0 for s in a)
+    assert a[-1]["entropy"] > 0.9 * a[0]["entropy"]
+    assert a[-1]["mean_reward"] > a[0]["mean_reward"]
+
+
+@pytest.mark.parametrize("run", checks.RUN_NAMES)
+def test_intended_fix_passes_with_the_visible_and_the_hidden_seed(run):
+    for seed in (None, 1):
+        assert result(run, solution(run), seed).passed, result(run, solution(run), seed)
+
+
+def test_wrong_diagnoses_and_fixes_are_refused():
+    broken = checks.broken_config("A")
+    fixed = replace(broken, kl_penalty=0.0)
+    assert result("A", stub).status == checks.TODO
+    assert "pair" in result("A", lambda: fixed).message
+    assert "not in the list" in result("A", lambda: ("bad_luck", fixed)).message
+    wrong = result("A", lambda: ("learning_rate_too_high", fixed)).message
+    assert "was not broken by 'learning_rate_too_high'" in wrong
+    assert "entropy falls" in wrong, "the message says what that cause would have shown"
+    assert "does not remove it" in result("A", lambda: ("kl_penalty_too_strong", broken)).message
+    over = replace(fixed, num_epochs=200)
+    assert "over budget" in result("A", lambda: ("kl_penalty_too_strong", over)).message
+    task = replace(fixed, vocab_size=7)
+    assert "fixed" in result("A", lambda: ("kl_penalty_too_strong", task)).message
+    assert "TrainConfig" in result("A", lambda: ("kl_penalty_too_strong", {})).message
+    # right cause, field changed, but another break left in: the re-run fails and says so
+    still = replace(checks.broken_config("C"), detach_old_log_probs=True, learning_rate=0.1)
+    message = result("C", lambda: ("old_log_probs_not_detached", still)).message
+    assert "re-run with seed" in message and "diagnosis is right" in message
+
+
+def test_unknown_run_is_a_clear_error():
+    with pytest.raises(ValueError, match="run must be one of"):
+        checks.broken_config("D")
