@@ -192,3 +192,95 @@ def save_seed_runs(
             "goal": goal,
         },
     )
+
+
+# --- Test splits: what was held out, and which recipes were scored on the test set ----------
+#
+# Issue 27 item 4: a test set is scored once, by the final recipe. Every results JSON records
+# its validation and test splits (seed, sizes, key) and every recipe scored on that test split;
+# tests/test_test_splits.py reads these records (and LEGACY_SPLITS below for files written
+# before this helper) and fails when a test split was scored by more than one recipe unless the
+# JSON and the prose that reports it both say that it guided the choice.
+#
+# A *recipe* is one configuration a benchmark puts forward as its answer (hyperparameters,
+# schedule, stopping rule). Arms of a comparison trained and scored side by side in one run,
+# none of them chosen by its test score, are one scoring, listed as one entry.
+
+GUIDED_PHRASE = "guided the choice"
+
+
+def split_record(split_id: str, *, seed: int | None, sizes: dict, key: str, note: str = "") -> dict:
+    """One held-out split: ``split_id`` names its content (two files with the same id scored
+    the same prompts); ``seed`` drew it; ``sizes`` e.g. {"multisets": 22, "prompts": 99};
+    ``key`` what "disjoint by content" compares (e.g. "multiset of the prompt")."""
+    if not split_id or not isinstance(split_id, str):
+        raise ValueError(f"split_id must be a non-empty string, got {split_id!r}")
+    if not sizes or any(not isinstance(v, int) or v < 1 for v in sizes.values()):
+        raise ValueError(f"sizes must map names to positive ints, got {sizes!r}")
+    if not key:
+        raise ValueError("key must say what the split is disjoint by")
+    record = {"id": split_id, "seed": seed, "sizes": dict(sizes), "key": key}
+    if note:
+        record["note"] = note
+    return record
+
+
+def loop_splits(config, benchmark: str) -> dict:
+    """Validation and test records of ``run_policy_gradient``'s held-out split for ``config``.
+
+    The loop draws both sets with ``config.eval_seed`` and ``config.heldout_size`` prompts
+    each, disjoint by the task's key (the multiset for 'sort'); the id names ``benchmark``, the
+    task, length, values and seed, so re-runs of one benchmark on one split share an id.
+    """
+    task = config.build_task()
+    n = config.heldout_size
+    v, t = task.heldout_split((n, n), config.eval_seed)
+    sizes = lambda p: {"prompts": len(p), "keys": len(set(task.prompt_key(p).tolist()))}  # noqa: E731
+    base = (
+        f"{benchmark}: loop held-out split, task {config.task}, length {config.prompt_length}, "
+        f"values 0-{config.vocab_size - 1}, eval_seed {config.eval_seed}, {n} prompts"
+    )
+    key = f"{config.task} task key (multiset of the prompt for 'sort')"
+    return {
+        "validation": split_record(
+            base + " [validation]", seed=config.eval_seed, sizes=sizes(v), key=key
+        ),
+        "test": split_record(base + " [test]", seed=config.eval_seed, sizes=sizes(t), key=key),
+    }
+
+
+def record_splits(
+    payload: dict,
+    *,
+    validation: dict | None,
+    test: dict | None,
+    recipe: str,
+    earlier_recipes: list[str] | tuple[str, ...] = (),
+    guided_choice: str | None = None,
+    benchmark: str | None = None,
+) -> dict:
+    """Add the split facts to a results payload (before ``save``) and return it.
+
+    ``recipe``: the configuration this file scored on ``test``; ``earlier_recipes``: others
+    scored on the same test split whose files are gone (from the git history);
+    ``guided_choice``: None if the test split guided no choice, else a sentence saying how it
+    did (required by tests/test_test_splits.py when more than one recipe scored it);
+    ``benchmark``: the script's file name (default: the running script's), which the test
+    looks for in the prose.
+    """
+    if not recipe:
+        raise ValueError("recipe must name the configuration scored on the test split")
+    if guided_choice is not None and GUIDED_PHRASE not in guided_choice:
+        raise ValueError(f"guided_choice must contain {GUIDED_PHRASE!r}, got {guided_choice!r}")
+    if benchmark is None:
+        import sys
+
+        benchmark = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    payload["splits"] = {
+        "benchmark": benchmark,
+        "validation": validation,
+        "test": test,
+        "test_scored_by": [recipe, *earlier_recipes] if test is not None else [],
+        "test_guided_choice": guided_choice,
+    }
+    return payload

@@ -36,7 +36,15 @@ from dataclasses import replace
 from multiprocessing import Pool
 
 import torch
-from _common import NUM_THREADS, RESULTS_DIR, markdown_table, save, setup
+from _common import (
+    NUM_THREADS,
+    RESULTS_DIR,
+    loop_splits,
+    markdown_table,
+    record_splits,
+    save,
+    setup,
+)
 
 from pgrl_helpers.seed_stats import permutation_p_value
 from pgrl_helpers.training import TrainConfig, run_policy_gradient
@@ -233,7 +241,27 @@ def main() -> None:
             "cpu_seconds_total": cpu_total,
             "wall_seconds_total": time.perf_counter() - start,
             "load_average_at_start": [round(x, 2) for x in load_start],
+            **split_payload(),
         },
+    )
+
+
+#: What the test split is scored by (issue 27 item 4): the three arms side by side, once.
+RECIPE = (
+    "PPO + GAE, GRPO and RLOO side by side, each at the learning rate picked on validation "
+    "(tuning seeds only), 5 seeds, test read once at the end; no arm chosen by its test score"
+)
+
+
+def split_payload() -> dict:
+    """The splits record of this benchmark (``_common.record_splits``)."""
+    splits = loop_splits(BASE, "bench_ppo_vs_grpo")
+    return record_splits(
+        {},
+        validation=splits["validation"],
+        test=splits["test"],
+        recipe=RECIPE,
+        benchmark="bench_ppo_vs_grpo.py",
     )
 
 
@@ -246,6 +274,7 @@ def resummarise() -> None:
     data["summary"] = [summarise(n, chosen[n], data["runs"][n]) for n in METHODS]
     data["table"] = table(data["summary"])
     data["comparisons"] = comparisons(data["runs"])
+    data.update(split_payload())
     path.write_text(json.dumps(data, indent=2) + "\n")
     print(data["table"])
 

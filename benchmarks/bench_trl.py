@@ -8,8 +8,11 @@ training is ``trl.GRPOTrainer`` with the arguments ``trl_bridge.grpo_config_kwar
 a ``TrainConfig``; the reward is ``sort_distance_reward`` (-1 for a malformed completion).
 
 Split by content: the 220 multisets of 3 values from 0..9 are shuffled once (split seed 0);
-22 multisets (all their orderings) are the test set, 22 the validation set, the other 176 are
-trained on. (With values 0..4 there are only 35 multisets: 21 to train on, which the model
+22 multisets (all their orderings) are the validation set. The test set is version 2
+(``trl_bridge.fresh_test_split``, fresh seed 1): 22 multisets never scored before. The first
+test set (22 multisets, version 1) was scored by every recipe tried while the recipe was being
+chosen, so it guided the choice; it is retired from testing and its multisets join the 176
+trained on (results/trl_*.json and trl_v1_final_recipe.json keep those scores). (With values 0..4 there are only 35 multisets: 21 to train on, which the model
 memorised instead of learning to sort.) A run trains its whole learning-rate schedule
 (``CONFIG.num_epochs`` rounds, or until ``BUDGET_SECONDS``); greedy exact-sort on the
 validation set is checked every ``EVAL_EVERY`` optimizer steps and picks the checkpoint (the
@@ -37,7 +40,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import torch  # noqa: E402
-from _common import markdown_table, save, setup  # noqa: E402
+from _common import markdown_table, record_splits, save, setup, split_record  # noqa: E402
 
 from pgrl_helpers import hf_policy, trl_bridge  # noqa: E402
 from pgrl_helpers.training import TrainConfig  # noqa: E402
@@ -53,6 +56,9 @@ EVAL_EVERY = 10  # optimizer steps between validation checks
 #: and the same whatever else shares the machine.
 BUDGET_SECONDS = 600.0
 SPLIT_SEED, N_TEST, N_VAL = 0, 22, 22
+#: The test set's version: 1 = content_split's (retired, it guided the recipe choice), 2 =
+#: fresh_test_split's with this seed, scored once by the final recipe.
+TEST_VERSION, FRESH_TEST_SEED = 2, 1
 #: The learning-rate schedule handed to GRPOConfig (``lr_scheduler_type``). trl_config maps our
 #: loop's constant rate to "constant"; "linear" decays it to 0 over ``max_steps``. Measured, 3
 #: seeds, worst-seed test exact-sort: constant 73.7% (validation swung between 55% and 94% late
@@ -95,6 +101,59 @@ CONFIG = TrainConfig(
 )
 
 
+#: The recipe the committed trl.json scores: what the test set is scored by (issue 27 item 4).
+FINAL_RECIPE = (
+    "final: lr 1e-3, G 16, 32 prompts per round, entropy bonus 0.05, 1 optimizer step per "
+    "round, 1200 rounds with linear decay, AdamW weight decay 0.1, checkpoint picked on validation"
+)
+#: Recipes scored on test version 1 while the recipe was being chosen (git log of bench_trl.py
+#: and results/trl*.json): their test scores were in view when the next one was picked.
+V1_GUIDED = (
+    "The version-1 test set guided the choice: every recipe tried was scored on it and the "
+    "next recipe was picked with those scores in view."
+)
+
+
+def split_records(config: TrainConfig, version: int = TEST_VERSION) -> dict:
+    """{'validation', 'test'}: ``_common.split_record`` of each (id, seed, sizes, key)."""
+    split = make_split(config, version)
+    base = (
+        f"bench_trl: sort, length {config.prompt_length}, values 0-{config.vocab_size - 1}, "
+        f"content_split seed {SPLIT_SEED}"
+    )
+    key = "multiset of the prompt"
+
+    def sizes(prompts):
+        return {
+            "multisets": len({tuple(sorted(p)) for p in prompts.tolist()}),
+            "prompts": len(prompts),
+        }
+
+    test_id = base + (
+        " [test v1]" if version == 1 else f", fresh_test_split seed {FRESH_TEST_SEED} [test v2]"
+    )
+    return {
+        "validation": split_record(
+            base + " [validation]", seed=SPLIT_SEED, sizes=sizes(split["val"]), key=key
+        ),
+        "test": split_record(
+            test_id,
+            seed=SPLIT_SEED if version == 1 else FRESH_TEST_SEED,
+            sizes=sizes(split["test"]),
+            key=key,
+        ),
+    }
+
+
+def make_split(config: TrainConfig, version: int = TEST_VERSION) -> dict:
+    """{'train', 'val', 'test'} prompts by content; ``version`` 1 is the retired test set."""
+    args = (config.prompt_length, config.vocab_size, SPLIT_SEED, N_TEST, N_VAL)
+    if version == 1:
+        return trl_bridge.content_split(*args)
+    split = trl_bridge.fresh_test_split(*args, fresh_seed=FRESH_TEST_SEED)
+    return {name: split[name] for name in ("train", "val", "test")}
+
+
 def build_policy(config: TrainConfig, seed: int, digits_only: bool = True):
     """The tokenizer and the tiny GPT-2 (its output constrained to digits unless told not)."""
     tokenizer = trl_bridge.build_sort_tokenizer(config.vocab_size)
@@ -123,12 +182,14 @@ def train_one_seed(
     transformers.logging.set_verbosity_error()
     warnings.filterwarnings("ignore")
     config = replace(config, seed=seed)
-    split = trl_bridge.content_split(
-        config.prompt_length, config.vocab_size, SPLIT_SEED, N_TEST, N_VAL
-    )
+    split = make_split(config, TEST_VERSION)
     g = torch.Generator().manual_seed(seed)
     rows = config.num_epochs * config.batch_prompts
     train = split["train"][torch.randint(len(split["train"]), (rows,), generator=g)]
+    seen = {tuple(sorted(p)) for p in train.tolist()}
+    held = {tuple(sorted(p)) for p in torch.cat([split["val"], split["test"]]).tolist()}
+    train_prompts_with_heldout_key = sum(tuple(sorted(p)) in held for p in train.tolist())
+    assert not seen & held and train_prompts_with_heldout_key == 0
     tokenizer, policy = build_policy(config, seed, digits_only)
     curve: list[dict] = []
     best = {"exact_sort": -1.0, "state": None, "step": 0}  # model selection on validation
@@ -196,6 +257,7 @@ def train_one_seed(
         // config.num_steps_per_epoch
         * config.batch_prompts
         * config.num_responses,
+        "train_prompts_with_heldout_key": train_prompts_with_heldout_key,
         "selected_step": best["step"],
         "selected_validation_exact_sort": best["exact_sort"],
         "reached_validation_target": bool(
@@ -224,6 +286,11 @@ def main(argv=None) -> None:
         help="stop the first time validation exact-sort reaches this (default: never)",
     )
     p.add_argument("--weight-decay", type=float, default=WEIGHT_DECAY)
+    p.add_argument(
+        "--recipe",
+        default=FINAL_RECIPE,
+        help="what the results file records as scored on the test set (default: the final one)",
+    )
     p.add_argument("--set", nargs="*", default=[], help="TrainConfig overrides, e.g. lr=1e-3")
     args = p.parse_args(argv)
     setup()
@@ -233,9 +300,7 @@ def main(argv=None) -> None:
     transformers.logging.set_verbosity_error()
     overrides = {k: type(getattr(CONFIG, k))(v) for k, v in (a.split("=") for a in args.set)}
     config = replace(CONFIG, num_epochs=args.max_epochs, **overrides)
-    split = trl_bridge.content_split(
-        config.prompt_length, config.vocab_size, SPLIT_SEED, N_TEST, N_VAL
-    )
+    split = make_split(config, TEST_VERSION)
     one_seed = functools.partial(
         train_one_seed,
         config=config,
@@ -272,9 +337,18 @@ def main(argv=None) -> None:
     print(markdown_table(["seed", "steps", "CPU s", "wall s", "test exact", "test reward"], rows))
     print(f"worst seed: {worst:.1%} test exact-sort (goal {GOAL:.0%})")
     if not args.no_save:
+        records = split_records(config)
+        payload = record_splits(
+            {},
+            validation=records["validation"],
+            test=records["test"],
+            recipe=args.recipe,
+            benchmark="bench_trl.py",
+        )
         save(
             args.name,
             {
+                **payload,
                 "goal": GOAL,
                 "validation_target": args.validation_target,
                 "eval_every_steps": EVAL_EVERY,

@@ -388,3 +388,19 @@ def test_content_split_is_disjoint_by_multiset_and_complete():
     assert sum(len(p) for p in split.values()) == 5**3  # every prompt, once
     with pytest.raises(ValueError, match="no training content"):
         tb.content_split(2, 2, n_test=2, n_val=1)
+
+
+def test_fresh_test_split_is_disjoint_from_train_val_and_the_old_test_set():
+    split = tb.fresh_test_split(3, 10, seed=0, n_test=22, n_val=22, fresh_seed=1)
+    keys = {name: {tuple(sorted(p)) for p in prompts.tolist()} for name, prompts in split.items()}
+    old = tb.content_split(3, 10, seed=0, n_test=22, n_val=22)
+    old_keys = {name: {tuple(sorted(p)) for p in prompts.tolist()} for name, prompts in old.items()}
+    assert len(keys["test"]) == 22 and keys["val"] == old_keys["val"]
+    assert keys["old_test"] == old_keys["test"]
+    assert not keys["test"] & (keys["train"] | keys["val"] | keys["old_test"])
+    assert keys["test"] <= old_keys["train"]  # drawn from content nobody scored
+    assert keys["old_test"] <= keys["train"] and len(keys["train"]) == len(old_keys["train"])
+    total = sum(len(split[n]) for n in ("train", "val", "test"))
+    assert total == 10**3  # every prompt, once
+    with pytest.raises(ValueError, match="n_test"):
+        tb.fresh_test_split(2, 3, n_test=2, n_val=2)
