@@ -4,8 +4,10 @@
   (final mean reward, held-out exact-sort, ...), as a dict and as plain text;
 * ``plot_histories(histories, axes=None)``: mean reward, held-out exact-sort and loss
   against the optimizer step, one line per run (earlier runs thin, the last one bold);
-* ``make_dashboard(...)``: ipywidgets controls for the ``TrainConfig`` fields that matter,
-  a Train and a Stop button, a progress bar and the live plot. It trains by calling
+* ``make_dashboard(...)``: a preset list (``PRESETS``), ipywidgets controls for the
+  ``TrainConfig`` fields that matter, a Train and a Stop button, a progress bar and the live
+  plot. Only settings that can run are offered, and a setting that would train nothing
+  (``zero_update_reason``: G = 1 with a group baseline) is refused with a message. It trains by calling
   ``training.run_policy_gradient`` with a callback (there is no second training loop):
   the callback moves the progress bar, redraws the plot and returns "stop" when the
   Stop button was pressed. After each run it shows ``diagnose()``'s findings for it;
@@ -28,20 +30,60 @@ import threading
 from collections.abc import Sequence
 
 import ipywidgets as widgets
+import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .advantages import DELTA_MODES
+from .advantages import DELTA_MODES, compute_deltas
 from .diagnose import diagnose
 from .losses import LOSS_MODES
 from .sort_task import REWARD_FNS
 from .training import MODEL_NAMES, PROMPT_SOURCES, History, TrainConfig, run_policy_gradient
 
 #: Settings the dashboard applies per model choice (the transformer needs a wider model).
+#: Only models that train on the dashboard's task (sorting) are offered: the
+#: autoregressive policy needs the variable-length task 'sort_dedup' (notebook 08).
 MODEL_DEFAULTS: dict[str, dict] = {
     "lecture": {"embedding_dim": 10},
     "transformer": {"embedding_dim": 32, "num_layers": 2, "num_heads": 4},
 }
+DASHBOARD_MODELS = tuple(m for m in MODEL_NAMES if m in MODEL_DEFAULTS)
+
+#: The dashboard's presets: name -> (base config, init scale of the lecture model's
+#: embedding). Notebook 07 explains each: the lecture's stuck run (section 1), the same
+#: toy policy with a high-entropy start and a reward that points at the goal (section 3),
+#: and the transformer that sorts prompts it never trained on (section 4).
+PRESETS: dict[str, tuple[TrainConfig, float]] = {
+    "generalizing transformer": (
+        TrainConfig(
+            model="transformer",
+            **MODEL_DEFAULTS["transformer"],
+            prompt_source="random",
+            prompts_per_epoch=64,
+            reward_fn="sort_distance_reward",
+            deltas_mode="centered_rewards",
+            loss_mode="clipped",
+            num_steps_per_epoch=1,
+            learning_rate=3e-3,
+            num_epochs=60,
+        ),
+        1.0,
+    ),
+    "lecture (stuck)": (TrainConfig(num_epochs=30), 1.0),
+    "lecture fixed (init + reward)": (
+        TrainConfig(
+            num_epochs=30,
+            reward_fn="sort_distance_reward",
+            deltas_mode="centered_rewards",
+            loss_mode="clipped",
+            learning_rate=1e-2,
+        ),
+        0.3,
+    ),
+}
+#: The preset a new dashboard starts from: a student sees learning within seconds.
+DEFAULT_PRESET = "generalizing transformer"
+CUSTOM = "custom (the base config)"
 
 #: The three panels of ``plot_histories``: (metric, record kind, y label).
 PANELS: tuple[tuple[str, str, str], ...] = (
@@ -56,7 +98,7 @@ PANELS: tuple[tuple[str, str, str], ...] = (
 # --------------------------------------------------------------------------------------
 
 
-def run_label(config: TrainConfig) -> str:
+def run_label(config: TrainConfig, init_scale: float = 1.0) -> str:
     """Short description of a run: 'centered_rewards/clipped/lecture G=10 lr=0.001 seed=0'."""
     label = (
         f"{config.deltas_mode}/{config.loss_mode}/{config.model} "
@@ -64,7 +106,32 @@ def run_label(config: TrainConfig) -> str:
     )
     if config.kl_penalty:
         label += f" kl={config.kl_penalty:g}"
+    if init_scale != 1.0:
+        label += f" init×{init_scale:g}"
     return label
+
+
+def zero_update_reason(config: TrainConfig) -> str | None:
+    """Why this config would train nothing, or None.
+
+    With G = 1 a group baseline is the response's own reward, so every delta is 0 (or
+    undefined) and no step moves the policy. Found by computing the deltas of a probe batch
+    with distinct rewards, so a new delta mode is covered without a list to maintain.
+    """
+    if config.num_responses != 1:
+        return None
+    probe = torch.arange(1.0, 5.0).reshape(4, 1)  # 4 groups of G = 1, distinct rewards
+    try:
+        deltas = compute_deltas(probe, config.deltas_mode)
+    except ValueError as err:
+        return str(err)
+    if bool((deltas == 0).all()):
+        return (
+            f"G = 1 with delta mode {config.deltas_mode!r}: each group's baseline is its only "
+            "response, so every delta is 0 and no update would happen. Pick G >= 2, or delta "
+            "mode 'rewards'"
+        )
+    return None
 
 
 def _check_history(history) -> None:
@@ -84,7 +151,7 @@ def summarize_history(history: History) -> dict:
     steps = [r for r in history if r["kind"] == "step"]
     evals = [r for r in history if r["kind"] == "eval"]
     return {
-        "run": run_label(history.config),
+        "run": run_label(history.config, getattr(history, "init_scale", 1.0)),
         "epochs": evals[-1]["epoch"] if evals else 0,
         "steps": len(steps),
         "final_mean_reward": steps[-1]["mean_reward"] if steps else None,
@@ -166,9 +233,18 @@ def plot_histories(
     axes[1].set_title("Held-out exact-sort")
     axes[1].set_ylim(-0.03, 1.03)
     axes[2].set_title("Loss (don't trust it)")
-    if histories:
-        axes[0].legend(fontsize=7, loc="best")
     fig.tight_layout()
+    if histories:  # below the panels, never over the curves
+        handles, names = axes[0].get_legend_handles_labels()
+        fig.legend(
+            handles,
+            names,
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncol=1 if len(names) > 3 else len(names),
+            fontsize=9,
+            frameon=False,
+        )
     return fig
 
 
@@ -195,7 +271,8 @@ def format_diagnosis(history: History, title: str = "diagnose()") -> str:
 def figure_png(fig) -> bytes:
     """Render a matplotlib figure to PNG bytes with the Agg canvas (thread-safe, no pyplot)."""
     buffer = io.BytesIO()
-    FigureCanvasAgg(fig).print_png(buffer)
+    FigureCanvasAgg(fig)  # the figure's canvas: Agg, no pyplot
+    fig.savefig(buffer, format="png", bbox_inches="tight")  # keeps the legend below
     return buffer.getvalue()
 
 
@@ -211,14 +288,17 @@ class DashboardRun:
     config: TrainConfig
     history: History | None = None
     error: str | None = None
+    init_scale: float = 1.0
 
 
 class TrainingDashboard(widgets.VBox):
     """The dashboard layout (a VBox) whose controls are attributes; see ``make_dashboard``.
 
-    Controls: ``deltas_mode``, ``loss_mode``, ``model``, ``prompt_source``, ``reward_fn``
-    (dropdowns); ``kl_penalty``, ``epsilon``, ``num_responses`` (G), ``learning_rate``,
-    ``num_epochs``, ``num_steps_per_epoch`` (sliders); ``seed`` (int box); buttons
+    Controls: ``preset`` (sets every control from ``PRESETS``), ``deltas_mode``,
+    ``loss_mode``, ``model``, ``prompt_source``, ``reward_fn`` (dropdowns); ``kl_penalty``,
+    ``epsilon``, ``num_responses`` (G), ``learning_rate``, ``num_epochs``,
+    ``num_steps_per_epoch``, ``init_scale`` (sliders; init scale multiplies the lecture
+    model's initial embedding); ``seed`` (int box); buttons
     ``train_button``, ``stop_button``, ``clear_button``; output: ``progress``
     (IntProgress), ``message`` (HTML; errors and status), ``plot`` (Output holding the
     PNG), ``table`` (HTML summary of every run), ``findings`` (HTML: ``diagnose()`` of the
@@ -232,7 +312,11 @@ class TrainingDashboard(widgets.VBox):
         synchronous: bool = False,
         redraw_every: int | None = None,
     ):
-        base = dataclasses.replace(base_config) if base_config else TrainConfig(num_epochs=30)
+        preset = CUSTOM if base_config else DEFAULT_PRESET
+        if base_config:
+            base, init_scale = dataclasses.replace(base_config), 1.0
+        else:
+            base, init_scale = PRESETS[DEFAULT_PRESET]
         self.base_config = base
         self.synchronous = synchronous
         self.redraw_every = redraw_every
@@ -249,8 +333,16 @@ class TrainingDashboard(widgets.VBox):
         self.loss_mode = widgets.Dropdown(
             options=LOSS_MODES, value=base.loss_mode, description="loss mode", style=style
         )
+        self.preset = widgets.Dropdown(
+            options=[*PRESETS, CUSTOM] if base_config else list(PRESETS),
+            value=preset,
+            description="preset",
+            style=style,
+            layout=wide,
+        )
+        models = DASHBOARD_MODELS if base.model in DASHBOARD_MODELS else (base.model,)
         self.model = widgets.Dropdown(
-            options=MODEL_NAMES, value=base.model, description="model", style=style
+            options=models, value=base.model, description="model", style=style
         )
         self.prompt_source = widgets.Dropdown(
             options=PROMPT_SOURCES, value=base.prompt_source, description="prompts", style=style
@@ -290,6 +382,13 @@ class TrainingDashboard(widgets.VBox):
         self.seed = widgets.BoundedIntText(
             value=base.seed, min=0, max=2**31 - 1, description="seed", style=style
         )
+        self.init_scale = widgets.FloatSlider(
+            value=init_scale, min=0.05, max=1.0, step=0.05, description="init scale",
+            disabled=base.model != "lecture", style=style, layout=wide,
+        )  # fmt: skip
+        self._preset_configs = dict(PRESETS)
+        if base_config:
+            self._preset_configs[CUSTOM] = (base, 1.0)
         self.train_button = widgets.Button(description="Train", button_style="success")
         self.stop_button = widgets.Button(description="Stop", button_style="danger", disabled=True)
         self.clear_button = widgets.Button(description="Clear history")
@@ -302,25 +401,57 @@ class TrainingDashboard(widgets.VBox):
         self.train_button.on_click(lambda _: self.train())
         self.stop_button.on_click(lambda _: self.stop())
         self.clear_button.on_click(lambda _: self.clear())
+        self.preset.observe(lambda change: self.apply_preset(change["new"]), names="value")
+        self.model.observe(
+            lambda change: setattr(self.init_scale, "disabled", change["new"] != "lecture"),
+            names="value",
+        )
 
         controls = widgets.HBox(
             [
-                widgets.VBox([self.deltas_mode, self.loss_mode, self.model, self.prompt_source]),
-                widgets.VBox([self.reward_fn, self.kl_penalty, self.epsilon, self.num_responses]),
                 widgets.VBox(
-                    [self.learning_rate, self.num_epochs, self.num_steps_per_epoch, self.seed]
+                    [self.deltas_mode, self.loss_mode, self.model, self.prompt_source, self.seed]
                 ),
+                widgets.VBox(
+                    [
+                        self.reward_fn,
+                        self.kl_penalty,
+                        self.epsilon,
+                        self.num_responses,
+                        self.init_scale,
+                    ]
+                ),
+                widgets.VBox([self.learning_rate, self.num_epochs, self.num_steps_per_epoch]),
             ]
         )
         buttons = widgets.HBox(
             [self.train_button, self.stop_button, self.clear_button, self.progress]
         )
-        super().__init__([controls, buttons, self.message, self.plot, self.table, self.findings])
+        children = [self.preset, controls, buttons, self.message]
+        super().__init__(children + [self.plot, self.table, self.findings])
+
+    def apply_preset(self, name: str) -> None:
+        """Set every control (and the fields without one) from the preset ``name``."""
+        if name not in self._preset_configs:
+            raise ValueError(f"unknown preset {name!r}; choose one of {list(self._preset_configs)}")
+        config, init_scale = self._preset_configs[name]
+        self.base_config = dataclasses.replace(config)
+        for field in (
+            "deltas_mode", "loss_mode", "model", "prompt_source", "reward_fn", "kl_penalty",
+            "epsilon", "num_responses", "learning_rate", "num_epochs", "num_steps_per_epoch",
+            "seed",
+        ):  # fmt: skip
+            getattr(self, field).value = getattr(config, field)
+        self.init_scale.value = init_scale
+        if self.preset.value != name:
+            self.preset.value = name
 
     # ---- reading the controls -------------------------------------------------------
     def config_from_widgets(self) -> TrainConfig:
         """The TrainConfig the controls describe (base config + model defaults + controls)."""
-        settings = dict(MODEL_DEFAULTS.get(self.model.value, {}))
+        settings = {}
+        if self.model.value != self.base_config.model:
+            settings = dict(MODEL_DEFAULTS.get(self.model.value, {}))
         settings.update(
             deltas_mode=self.deltas_mode.value,
             loss_mode=self.loss_mode.value,
@@ -357,10 +488,14 @@ class TrainingDashboard(widgets.VBox):
         config = self.config_from_widgets()
         try:
             config.validate()
+            reason = zero_update_reason(config)
+            if reason is not None:
+                raise ValueError(reason)
         except (ValueError, TypeError) as err:
-            self._say(f"Cannot train with these settings: {err}", error=True)
+            self._say(f"Cannot train with these settings: {html.escape(str(err))}", error=True)
             return None
-        run = DashboardRun(config=config)
+        scale = float(self.init_scale.value) if config.model == "lecture" else 1.0
+        run = DashboardRun(config=config, init_scale=scale)
         self.runs.append(run)
         self._stop.clear()
         self.progress.max = config.num_epochs
@@ -368,7 +503,7 @@ class TrainingDashboard(widgets.VBox):
         self.train_button.disabled = True
         self.stop_button.disabled = False
         self.findings.value = ""
-        self._say(f"Training run {len(self.runs)}: {html.escape(run_label(config))} ...")
+        self._say(f"Training run {len(self.runs)}: {html.escape(run_label(config, scale))} ...")
         if self.synchronous:
             self._run(run)
         else:
@@ -415,7 +550,14 @@ class TrainingDashboard(widgets.VBox):
             return "stop" if self._stop.is_set() else None
 
         try:
-            run.history = run_policy_gradient(run.config, callback=callback)
+            kwargs = {}
+            if run.init_scale != 1.0:  # the lecture model with a scaled-down embedding
+                model = run.config.build_policy()
+                with torch.no_grad():
+                    model.embedding.weight.mul_(run.init_scale)
+                kwargs["model"] = model
+            run.history = run_policy_gradient(run.config, callback=callback, **kwargs)
+            run.history.init_scale = run.init_scale  # shown in the run's label
         except Exception as err:  # shown in the widget; a traceback would be lost in a thread
             run.error = f"{type(err).__name__}: {err}"
             message, error = f"Training failed: {html.escape(run.error)}", True
@@ -443,7 +585,11 @@ class TrainingDashboard(widgets.VBox):
         histories = self.histories
         if not histories:
             return
-        png = figure_png(plot_histories(histories))
+        labels = [
+            f"run {k + 1}: {run_label(r.config, r.init_scale)}"
+            for k, r in enumerate(r for r in self.runs if r.history is not None)
+        ]
+        png = figure_png(plot_histories(histories, labels=labels))
         # Set the Output's outputs directly: works from a background thread, no capture.
         self.plot.outputs = (
             {
@@ -465,8 +611,9 @@ def make_dashboard(
 ) -> TrainingDashboard:
     """Build the training dashboard: an ipywidgets VBox to display in a notebook cell.
 
-    ``base_config`` supplies every field without a control (default: the lecture's
-    setup with 30 epochs); the controls start at its values. ``synchronous=True`` trains
+    ``base_config`` supplies every field without a control; the controls start at its
+    values. Without it the dashboard starts from ``PRESETS[DEFAULT_PRESET]`` (a transformer
+    whose held-out exact-sort rises within seconds); the preset list switches setups. ``synchronous=True`` trains
     in the calling thread (tests); by default a click on Train starts a background
     thread so that Stop and the rest of the notebook stay responsive. ``redraw_every``:
     epochs between plot updates (default: a tenth of the run).
