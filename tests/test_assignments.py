@@ -269,3 +269,33 @@ def test_nbgrader_generate_assignment_releases_the_same_student_notebooks(tmp_pa
         released = load(tmp_path / "release" / "pgrl" / path.name)
         ours = load(path)
         assert [c.source for c in released.cells] == [c.source for c in ours.cells], path.name
+
+
+def test_points_equal_difficulty_and_the_readme_map_totals_them():
+    """Each check cell is worth its exercise's difficulty; the README's map gives each
+    assignment's total and covers every series notebook 01-14."""
+    readme = (ASSIGNMENTS / "README.md").read_text(encoding="utf-8")
+    map_rows = [line for line in readme.splitlines() if re.match(r"^\| \d\d [A-Za-z]", line)]
+    covered = {int(n) for row in map_rows for n in re.findall(r"(?:^\| |, )(\d\d) ", row)}
+    assert covered >= set(range(1, 15)), f"series notebooks missing from the map: {covered}"
+    grand_total = 0
+    for path in INSTRUCTOR:
+        nb = load(path)
+        heads = [
+            EXERCISE.search(c.source)
+            for c in nb.cells
+            if c.cell_type == "markdown" and EXERCISE.search(c.source)
+        ]
+        points = [nbgrader_meta(c)["points"] for c in nb.cells if is_check(c)]
+        assert points == [int(h.group(3)) for h in heads], path.name
+        total = sum(points)
+        grand_total += total
+        rows = [row for row in map_rows if f"`{path.stem}`" in row]
+        assert rows, f"{path.stem} is not in the README's map"
+        stated = [row.rstrip(" |").rsplit("|", 1)[-1].strip() for row in rows]
+        assert any(s == str(total) or s.endswith(f"of {total}") for s in stated), (
+            path.name,
+            total,
+            stated,
+        )
+    assert f"All nine: {grand_total} points" in readme
