@@ -152,7 +152,26 @@ def main() -> None:
         verdict=verdict,
         validation_target=VALIDATION_TARGET,
     )
+    record_splits_autoregressive()
+
+
+def record_splits_autoregressive() -> None:
+    """The ``_common.record_splits`` record of autoregressive.json (issue 27): one recipe (test
+    read at the validation target and at the end of the window, for the same runs)."""
+    import bench_objectives
+
+    bench_objectives.record_file_splits(
+        "autoregressive",
+        CONFIG,
+        "bench_autoregressive.py",
+        "bench_autoregressive.py: CONFIG, stop at the validation target, 5 seeds",
+    )
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if sys.argv[1:] == ["--record-splits"]:
+        record_splits_autoregressive()
+    else:
+        main()

@@ -80,6 +80,21 @@ def main(names: list[str], part: str | None) -> None:
     payload = {"seeds": list(SEEDS), "collapse_config": fields, "remedies": REMEDIES,
                "runs": results}  # fmt: skip
     save("entropy" if part is None else f"entropy_{part}", payload)
+    if part is None:
+        record_splits_entropy()
+
+
+RECIPE = (
+    "bench_entropy.py comparison: the collapsing GRPO run and its remedies, side by side, none "
+    "chosen by its test score"
+)
+
+
+def record_splits_entropy() -> None:
+    """The ``_common.record_splits`` record of entropy.json (issue 27)."""
+    import bench_objectives
+
+    bench_objectives.record_file_splits("entropy", COLLAPSE, "bench_entropy.py", RECIPE)
 
 
 def merge(parts: list[str]) -> None:
@@ -97,14 +112,18 @@ def merge(parts: list[str]) -> None:
     save("entropy", {"seeds": list(SEEDS), "collapse_config": fields, "remedies": REMEDIES,
                      "part_load_averages": loads,
                      "runs": {n: runs[n] for n in REMEDIES if n in runs}})  # fmt: skip
+    record_splits_entropy()
 
 
 if __name__ == "__main__":
     # usage: bench_entropy.py                          (every setting, one process)
     #        bench_entropy.py --part a "clip-higher"   (a subset, saved as entropy_a.json)
     #        bench_entropy.py --merge a b              (combine the parts into entropy.json)
+    #        bench_entropy.py --record-splits          (add the split record to entropy.json)
     args = sys.argv[1:]
-    if args[:1] == ["--merge"]:
+    if args[:1] == ["--record-splits"]:
+        record_splits_entropy()
+    elif args[:1] == ["--merge"]:
         merge(args[1:])
     elif args[:1] == ["--part"]:
         main(args[2:], part=args[1])

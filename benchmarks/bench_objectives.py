@@ -34,7 +34,7 @@ import sys
 import time
 from dataclasses import replace
 
-from _common import RESULTS_DIR, markdown_table, save, setup
+from _common import RESULTS_DIR, loop_splits, markdown_table, record_splits, save, setup
 
 from pgrl_helpers.collapse import ENTROPY_THRESHOLD, TAIL_EPOCHS, is_collapsed
 from pgrl_helpers.history import per_epoch
@@ -237,13 +237,16 @@ def write(summary: list[dict], results: dict, part_loads) -> None:
               "entropy_coef", "num_eval_prompts")}  # fmt: skip
     tuning = {"lrs": list(TUNING_LRS), "seed": TUNING_SEED, "epochs": TUNING_EPOCHS,
               "chosen": chosen_learning_rates(), "selected_by": "final validation exact"}  # fmt: skip
-    splits = next(iter(results.values()))[0]["splits"]
+    split_keys = next(iter(results.values()))[0]["splits"]
     for rs in results.values():
         for r in rs:
-            assert r.pop("splits") == splits, "every run shares one split"
+            assert r.pop("splits") == split_keys, "every run shares one split"
+    splits = loop_splits(BASE, "bench_objectives.py")
     save("objectives", {"target": TARGET, "max_epochs": MAX_EPOCHS, "seeds": list(SEEDS),
-                        "tuning": tuning, "splits": splits, "test_scored_by": list(results),
-                        "test_guided_choice": False,
+                        "tuning": tuning, "split_keys": split_keys,
+                        "splits": record_splits({}, validation=splits["validation"],
+                                                test=splits["test"], recipe=LEADERBOARD_RECIPE,
+                                                benchmark="bench_objectives.py")["splits"],
                         "collapse_rule": {"function": "pgrl_helpers.collapse.is_collapsed",
                                           "entropy_below_nats": ENTROPY_THRESHOLD,
                                           "entropy_mean_of_last_epochs": TAIL_EPOCHS,
@@ -270,6 +273,57 @@ def merge(parts: list[str]) -> None:
             [r["seed"] for r in runs[name]],
         )
     write([summarise(name, runs[name]) for name in order], {n: runs[n] for n in order}, loads)
+
+
+LEADERBOARD_RECIPE = (
+    "bench_objectives.py leaderboard: the seven objectives at their tuned lr, side by side, "
+    "none chosen by its test score"
+)
+
+
+def record_file_splits(
+    stem: str,
+    config: TrainConfig,
+    benchmark: str,
+    recipe: str,
+    no_test_reason: str | None = None,
+) -> dict:
+    """Give results/<stem>.json the ``_common.record_splits`` record of the loop's split for
+    ``config`` (issue 27). With ``no_test_reason`` the file keeps no test score: the runs'
+    test values (the loop computes them) are dropped and the record has no test split."""
+    path = RESULTS_DIR / f"{stem}.json"
+    payload = json.loads(path.read_text())
+    if isinstance(payload.get("splits"), dict) and "validation" in payload["splits"]:
+        if "keys" in payload["splits"]["validation"]:
+            payload["split_keys"] = payload.pop("splits")
+    for key in ("test_scored_by", "test_guided_choice"):
+        payload.pop(key, None)
+    splits = loop_splits(config, benchmark)
+    test = splits["test"] if no_test_reason is None else None
+    if no_test_reason is not None:
+        for runs in payload["runs"].values():
+            for r in runs:
+                r.pop("test_exact", None)
+    record_splits(payload, validation=splits["validation"], test=test, recipe=recipe,
+                  benchmark=benchmark)  # fmt: skip
+    if no_test_reason is not None:
+        payload["splits"]["no_test_reason"] = no_test_reason
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return payload
+
+
+def record_all_splits() -> None:
+    """Split records for the files of bench_objectives (leaderboard and tuning)."""
+    record_file_splits("objectives", BASE, "bench_objectives.py", LEADERBOARD_RECIPE)
+    for part in ("a", "b"):
+        record_file_splits(
+            f"objectives_tuning_{part}",
+            BASE,
+            "bench_objectives.py",
+            "bench_objectives.py tuning runs (seed 100, chosen by validation exact)",
+            no_test_reason="tuning read validation only; the loop's test scores of these runs "
+            "are not kept in this file",
+        )
 
 
 def relabel() -> None:
@@ -299,7 +353,7 @@ def relabel() -> None:
     payload["table"], payload["p_values_test_exact_vs_grpo"] = leaderboard_table(summary, results)
     validation, test = make_heldout_split(BASE)
     task = BASE.build_task()
-    payload["splits"] = {
+    payload["split_keys"] = {
         name: {
             "seed": BASE.eval_seed,
             "size": int(prompts.shape[0]),
@@ -309,8 +363,9 @@ def relabel() -> None:
         }
         for name, prompts in (("validation", validation), ("test", test))
     }
-    payload["test_scored_by"] = list(results)
-    payload["test_guided_choice"] = False
+    payload.pop("splits", None)
+    payload.pop("test_scored_by", None)
+    payload.pop("test_guided_choice", None)
     payload["collapse_rule"] = {
         "function": "pgrl_helpers.collapse.is_collapsed",
         "entropy_below_nats": ENTROPY_THRESHOLD,
@@ -327,6 +382,7 @@ def relabel() -> None:
         "not tried.",
     ]
     path.write_text(json.dumps(payload, indent=2) + "\n")
+    record_all_splits()
     print(payload["table"])
 
 
