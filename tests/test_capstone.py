@@ -43,6 +43,7 @@ def test_broken_run_never_reaches_the_target_and_holds_out_by_content(run):
     assert history.stop_reason is None, "a broken run must not stop at the target"
     assert max(e["heldout_exact_sort"] for e in evals) < checks.CAPSTONE_STOP
     assert evals[-1]["test_exact_sort"] < checks.CAPSTONE_TARGET
+    assert max(e["test_exact_sort"] for e in evals) == 0.0  # the README says: 0% on test
     assert history.train_prompts_with_heldout_key == 0
     config = history.config
     responses = config.num_epochs * config.batch_prompts * config.num_responses

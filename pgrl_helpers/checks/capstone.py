@@ -21,8 +21,10 @@ from ._core import _call, _Failed, _run
 CAPSTONE_STOP = 0.8
 #: ... and the test exact-sort the run must show at that stop (every broken run: 0%). Lower
 #: than the stop: stopping at the first evaluation that reaches 80% on validation selects a
-#: lucky moment, and test is measured once, on other multisets.
-CAPSTONE_TARGET = 0.5
+#: lucky moment, and test is measured once, on other multisets. Over seeds 100-119 the
+#: intended fix showed 50% to 95% (``assignments/capstone_seeds.py``); the target sits below
+#: that worst seed so that a correct fix does not fail on seed noise.
+CAPSTONE_TARGET = 0.4
 #: ... within this many sampled responses (epochs x prompts per epoch x G).
 CAPSTONE_BUDGET = 40_000
 #: The task and held-out split are fixed: length 4, values 0-5, 20 validation + 20 test
