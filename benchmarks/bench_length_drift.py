@@ -1,0 +1,222 @@
+"""Length drift by loss aggregation, over more seeds than notebook 08 can afford (issue 27).
+
+Notebook 08, section 4: every wrong answer gets reward -1, a right one 0, and the rewards are
+the deltas (``deltas_mode="rewards"``). Early in training almost every response is wrong, so
+the true policy gradient is ~0 in expectation and a systematic change of response length comes
+from how the per-token losses are aggregated. The notebook runs 3 seeds per aggregation; with
+3 + 3 seeds an exact permutation test cannot reach p < 0.05 (its smallest value is 0.1), so the
+direction of the token-level runs cannot be decided there. This runs ``SEEDS`` (10) seeds of
+the same setting (``CONFIG``, the notebook's ``drift_config``, 12 epochs) per aggregation, and
+one ablation that changes only the loss: ``token_mean`` without PPO's clip (``loss_mode=
+"naive"``, same 2 optimizer steps per batch), to test whether the clip drives the token-level
+drift.
+
+Per run: mean sampled response length per epoch (tokens, EOS included). Comparisons
+(``seed_stats.compare_seeds``, exact permutation test over the seeds): final length against
+the epoch-0 length of the same runs (direction), ``sequence_mean`` against each token-level
+aggregation (the gap), and clipped against naive ``token_mean`` (the ablation). No held-out
+score is involved: length is a training-batch statistic, nothing is tuned.
+
+Writes results/length_drift.json. Run: ``python benchmarks/bench_length_drift.py [--workers 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import statistics
+import sys
+import time
+
+import torch
+from _common import RESULTS_DIR, record_splits, save, setup
+
+from pgrl_helpers.dedup_task import dedup_exact_reward
+from pgrl_helpers.history import per_epoch
+from pgrl_helpers.seed_stats import compare_seeds
+from pgrl_helpers.training import TrainConfig, run_policy_gradient
+
+SEEDS = tuple(range(10))
+EPOCHS = 12  # notebook 08's DRIFT_EPOCHS
+#: name -> (loss_aggregation, loss_mode)
+SETTINGS = {
+    "sequence_mean": ("sequence_mean", "clipped"),
+    "token_mean": ("token_mean", "clipped"),
+    "constant_normalizer": ("constant_normalizer", "clipped"),
+    "token_mean, no clip (naive)": ("token_mean", "naive"),
+}
+
+
+def wrong_answer_penalty(prompts, responses, eos):
+    """0 for the exact answer, -1 for anything else, whatever its length (notebook 08)."""
+    return dedup_exact_reward(prompts, responses, eos) - 1.0
+
+
+#: Notebook 08's ``drift_config`` (section 4).
+CONFIG = dict(
+    model="autoregressive",
+    task="sort_dedup",
+    prompt_source="random",
+    prompt_length=4,
+    vocab_size=6,
+    max_response_length=10,
+    embedding_dim=32,
+    num_layers=2,
+    num_heads=4,
+    reward_fn=wrong_answer_penalty,
+    deltas_mode="rewards",
+    loss_mode="clipped",
+    num_responses=8,
+    prompts_per_epoch=16,
+    num_epochs=EPOCHS,
+    num_steps_per_epoch=2,
+    learning_rate=3e-3,
+    eval_every=EPOCHS,
+    num_eval_prompts=10,
+)
+
+
+def run(name: str, seed: int) -> dict:
+    torch.set_num_threads(1)
+    aggregation, loss_mode = SETTINGS[name]
+    c0 = time.process_time()
+    config = TrainConfig(
+        **(CONFIG | dict(loss_aggregation=aggregation, loss_mode=loss_mode, seed=seed))
+    )
+    history = run_policy_gradient(config)
+    lengths = per_epoch(history, "response_length")
+    print(f"{name} seed {seed}: {lengths[0]:.2f} -> {lengths[-1]:.2f}", flush=True)
+    return {
+        "setting": name,
+        "seed": seed,
+        "length_per_epoch": lengths,
+        "cpu_seconds": time.process_time() - c0,
+    }
+
+
+def no_splits(payload: dict) -> dict:
+    """The ``_common.record_splits`` record: this benchmark scores no held-out split."""
+    record_splits(payload, validation=None, test=None, recipe="bench_length_drift.py probe",
+                  benchmark="bench_length_drift.py")  # fmt: skip
+    payload["splits"]["no_test_reason"] = (
+        "response length of the training batches only: no validation or test split is scored"
+    )
+    return payload
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--section", action="store_true", help="print the RESULTS.md section")
+    args = parser.parse_args(argv)
+    if args.section:
+        print(results_section(json.loads((RESULTS_DIR / "length_drift.json").read_text())))
+        return
+    setup()
+    jobs = [(name, seed) for name in SETTINGS for seed in SEEDS]
+    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+        runs = pool.starmap(run, jobs)
+    first = {n: [r["length_per_epoch"][0] for r in runs if r["setting"] == n] for n in SETTINGS}
+    last = {n: [r["length_per_epoch"][-1] for r in runs if r["setting"] == n] for n in SETTINGS}
+    comparisons = []
+    for n in SETTINGS:
+        comparisons.append(
+            {"kind": "direction"}
+            | compare_seeds(last[n], first[n], f"{n}: last epoch", f"{n}: epoch 0")
+        )
+    for n in ("token_mean", "constant_normalizer"):
+        comparisons.append(
+            {"kind": "gap"} | compare_seeds(last["sequence_mean"], last[n], "sequence_mean", n)
+        )
+    change = {n: [b - a for a, b in zip(first[n], last[n])] for n in SETTINGS}
+    comparisons.append(
+        {"kind": "ablation: PPO's clip"}
+        | compare_seeds(
+            change["token_mean"],
+            change["token_mean, no clip (naive)"],
+            "token_mean (clipped): change",
+            "token_mean, no clip: change",
+        )
+    )
+    summary = {
+        n: {
+            "grew": sum(b > a for a, b in zip(first[n], last[n])),
+            "seeds": len(SEEDS),
+            "median_first": statistics.median(first[n]),
+            "median_last": statistics.median(last[n]),
+            "median_change": statistics.median(change[n]),
+            "min_change": min(change[n]),
+        }
+        for n in SETTINGS
+    }
+    for c in comparisons:
+        print(c)
+    save(
+        "length_drift",
+        no_splits(
+            {
+                "config": {k: (v if not callable(v) else v.__name__) for k, v in CONFIG.items()},
+                "settings": {
+                    n: {"loss_aggregation": a, "loss_mode": m} for n, (a, m) in SETTINGS.items()
+                },
+                "seeds": list(SEEDS),
+                "epochs": EPOCHS,
+                "held_out_scores": "none (length is a training-batch statistic; nothing is tuned)",
+                "summary": summary,
+                "comparisons": comparisons,
+                "total_cpu_seconds": round(sum(r["cpu_seconds"] for r in runs), 1),
+                "runs": runs,
+            }
+        ),
+    )
+
+
+def results_section(payload: dict) -> str:
+    """The benchmarks/RESULTS.md section for a saved length_drift.json."""
+    c, s = payload["config"], payload["summary"]
+    rows = [
+        f"| {n} | {x['grew']}/{x['seeds']} | {x['median_first']:.2f} | {x['median_last']:.2f} | "
+        f"{x['median_change']:+.2f} | {x['min_change']:+.2f} |"
+        for n, x in s.items()
+    ]
+
+    def verdict(x: dict) -> str:  # compare_seeds says "better"; for a length, say "longer"
+        return x["verdict"].replace("better", "longer")
+
+    comparisons = [
+        f"| {x['kind']} | {x['name_a']} | {x['name_b']} | {x['median_a']:.2f} | "
+        f"{x['median_b']:.2f} | {x['p_value']:.4f} | {verdict(x)} |"
+        for x in payload["comparisons"]
+    ]
+    return "\n".join(
+        [
+            "## Length drift by loss aggregation (`bench_length_drift.py`, notebook 08 section 4)",
+            "",
+            f"Notebook 08's drift probe: every wrong answer gets reward -1, a right one 0, rewards "
+            f"used as deltas; autoregressive policy, sort-dedup, length {c['prompt_length']}, "
+            f"values 0-{c['vocab_size'] - 1}, at most {c['max_response_length']} response tokens, "
+            f"G = {c['num_responses']}, {c['prompts_per_epoch']} prompts and "
+            f"{c['num_steps_per_epoch']} optimizer steps per epoch, lr {c['learning_rate']:g}, "
+            f"{payload['epochs']} epochs, seeds {payload['seeds'][0]}-{payload['seeds'][-1]}; the "
+            "last row is the ablation that removes only PPO's clip. Mean sampled response length "
+            "(tokens, EOS included) at epoch 0 and at the last epoch. No held-out score is used "
+            f"and nothing is tuned. {payload['total_cpu_seconds'] / 60:.1f} CPU-minutes.",
+            "",
+            "| setting | seeds that grew | length at epoch 0 (median) | at the last epoch "
+            "(median) | change (median) | change (smallest) |",
+            "|---|---|---|---|---|---|",
+            *rows,
+            "",
+            "Comparisons (`seed_stats.compare_seeds`, exact two-sided permutation p over the seeds):",
+            "",
+            "| kind | a | b | median a | median b | p | verdict |",
+            "|---|---|---|---|---|---|---|",
+            *comparisons,
+            "",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
