@@ -23,9 +23,13 @@ from .models import LectureModel, SortTransformer
 from .offpolicy import check_off_policy_fields
 from .rollout import BATCH_FILTERS, OVERLONG_FILTERS, ROLLOUT_SOURCES
 from .sort_task import LECTURE_PROMPTS, REWARD_FNS, SortTask, lecture_prompts
+from .tool_task import RESPONSE_LENGTH as TOOL_RESPONSE_LENGTH
+from .tool_task import ToolCompareTask, ToolUsePolicy
 
 MODEL_NAMES: tuple[str, ...] = ("lecture", "transformer", "autoregressive")
-TASKS: tuple[str, ...] = ("sort", "sort_dedup")
+TASKS: tuple[str, ...] = ("sort", "sort_dedup", "tool_compare")
+#: tasks the autoregressive policy is wired to (variable length, or multi-turn)
+AUTOREGRESSIVE_TASKS: tuple[str, ...] = ("sort_dedup", "tool_compare")
 PROMPT_SOURCES: tuple[str, ...] = ("lecture", "random")
 
 
@@ -93,7 +97,9 @@ class TrainConfig:
     """torch CPU threads during the run (restored after); 1 is fastest for tiny models."""
 
     task: str = "sort"
-    """'sort' (fixed length) or 'sort_dedup' (sort, drop repeats, then EOS; model 'autoregressive')."""
+    """'sort', 'sort_dedup' (drop repeats, EOS) or 'tool_compare' (tool use); see ``TASKS``."""
+    mask_tool_tokens: bool = True
+    """'tool_compare': mask the tool's tokens out of loss and GAE; False plants the bug."""
     max_response_length: int | None = None
     """Autoregressive policy: most tokens per response, EOS included (None: prompt_length + 2)."""
     loss_aggregation: str = "token_mean"
@@ -161,6 +167,8 @@ class TrainConfig:
     @property
     def response_length(self) -> int:
         """Slots per sampled response: prompt_length, or the autoregressive maximum."""
+        if self.task == "tool_compare":
+            return TOOL_RESPONSE_LENGTH
         if self.model != "autoregressive":
             return self.prompt_length
         if self.max_response_length is None:
@@ -211,14 +219,36 @@ class TrainConfig:
         """Checks of task, model pairing, loss_aggregation, max_response_length, epsilon_high."""
         _check_choice(self.task, TASKS, "task")
         _check_choice(self.loss_aggregation, LOSS_AGGREGATIONS, "loss_aggregation")
-        if (self.task == "sort_dedup") != (self.model == "autoregressive"):
+        if (self.task in AUTOREGRESSIVE_TASKS) != (self.model == "autoregressive"):
             raise ValueError(
                 f"task {self.task!r} with model {self.model!r}: the variable-length task "
-                "'sort_dedup' needs model 'autoregressive' (it must choose when to stop), "
-                "and the autoregressive policy is only wired to 'sort_dedup'"
+                "'sort_dedup' and the multi-turn task 'tool_compare' need model "
+                "'autoregressive' (it must choose when to stop / read the tool's answer), "
+                "and the autoregressive policy is only wired to those tasks"
             )
-        if self.task == "sort_dedup" and self.prompt_source != "random":
-            raise ValueError("task 'sort_dedup' trains on prompt_source 'random'")
+        if self.task in AUTOREGRESSIVE_TASKS and self.prompt_source != "random":
+            raise ValueError(f"task {self.task!r} trains on prompt_source 'random'")
+        if not isinstance(self.mask_tool_tokens, bool):
+            raise TypeError(
+                f"mask_tool_tokens must be True or False, got {self.mask_tool_tokens!r}"
+            )
+        if self.task != "tool_compare" and not self.mask_tool_tokens:
+            raise ValueError(
+                "mask_tool_tokens=False (the unmasked-tool-tokens bug) acts only with task "
+                f"'tool_compare', got task {self.task!r}"
+            )
+        if self.task == "tool_compare":
+            if self.prompt_length != 2:
+                raise ValueError(
+                    f"task 'tool_compare' has prompts [a, b]: prompt_length must be 2, got "
+                    f"{self.prompt_length}"
+                )
+            if self.max_response_length not in (None, TOOL_RESPONSE_LENGTH):
+                raise ValueError(
+                    f"task 'tool_compare' has {TOOL_RESPONSE_LENGTH} response slots (a call, "
+                    "the tool's reply, the answer): leave max_response_length None, got "
+                    f"{self.max_response_length!r}"
+                )
         if self.max_response_length is not None and (
             not isinstance(self.max_response_length, int)
             or self.max_response_length < self.prompt_length + 1
@@ -355,7 +385,9 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be >= 0 and finite, got {value!r}")
-        if isinstance(self.reward_fn, str):
+        if self.task == "tool_compare":
+            pass  # its reward is fixed: 1 for the right final answer (reward_fn is unused)
+        elif isinstance(self.reward_fn, str):
             names = DEDUP_REWARD_FNS if self.task == "sort_dedup" else REWARD_FNS
             _check_choice(self.reward_fn, tuple(names), "reward_fn")
         elif not callable(self.reward_fn):
@@ -426,7 +458,9 @@ class TrainConfig:
         return max(1, min(500, keys // 10))
 
     def build_task(self):
-        """The ``Task`` of this run (``sort_task.SortTask`` or ``dedup_task.SortDedupTask``)."""
+        """The ``Task`` of this run (``SortTask``, ``SortDedupTask`` or ``ToolCompareTask``)."""
+        if self.task == "tool_compare":
+            return ToolCompareTask(self.vocab_size, self.prompt_length)
         if self.task == "sort_dedup":
             return SortDedupTask(self.prompt_length, self.vocab_size, self.reward_fn)
         fixed = lecture_prompts() if self.prompt_source == "lecture" else None
@@ -434,6 +468,15 @@ class TrainConfig:
 
     def build_policy(self):
         """The policy named by ``model``, initialised with ``seed`` (implements ``Policy``)."""
+        if self.task == "tool_compare":  # the autoregressive policy, playing tool episodes
+            return ToolUsePolicy(
+                self.vocab_size,
+                d_model=self.embedding_dim,
+                num_layers=self.num_layers,
+                num_heads=self.num_heads,
+                seed=self.seed,
+                mask_tool_tokens=self.mask_tool_tokens,
+            )
         if self.model == "autoregressive":
             return AutoregressiveSortPolicy(
                 self.vocab_size,

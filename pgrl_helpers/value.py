@@ -29,7 +29,7 @@ from torch import nn
 
 from ._validate import check_finite, check_ndim
 from .autoregressive import AutoregressiveSortPolicy, _with_separator
-from .gae import check_prefix_mask, compute_gae, outcome_token_rewards, whiten
+from .gae import check_binary_mask, compute_gae, outcome_token_rewards, whiten
 from .kl import kl_k1
 from .masking import masked_mean
 
@@ -122,7 +122,7 @@ def value_loss(
     mask: torch.Tensor,
     value_clip: float | None = None,
 ) -> torch.Tensor:
-    """PPO's value loss, mean over real tokens: 0.5 * (V - R)^2, optionally clipped.
+    """PPO's value loss, mean over the masked (policy) tokens: 0.5 * (V - R)^2, optionally clipped.
 
     values (differentiable), old_values (the critic's predictions when the batch was
     sampled), returns (GAE targets), mask: float[batch, trial, pos]. With ``value_clip``
@@ -152,7 +152,7 @@ def value_loss(
     if value_clip is not None:
         clipped = old_values + (values - old_values).clamp(-value_clip, value_clip)
         squared = torch.maximum(squared, (clipped - returns) ** 2)
-    return 0.5 * masked_mean(squared, check_prefix_mask(mask))
+    return 0.5 * masked_mean(squared, check_binary_mask(mask))  # holes (tool tokens) allowed
 
 
 def ppo_combined_loss(

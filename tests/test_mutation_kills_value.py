@@ -154,9 +154,13 @@ def test_value_loss_names_the_bad_tensor(which):
         value_loss(*bad, MASK)
 
 
-def test_value_loss_mask_must_be_a_prefix_mask():
-    with pytest.raises(ValueError, match="^mask has holes"):
-        value_loss(torch.zeros(1, 1, 4), OLD, RETURNS, torch.tensor([[[1.0, 0.0, 1.0, 0.0]]]))
+def test_value_loss_mask_may_have_holes_but_must_be_0_1():
+    values = torch.tensor([[[1.0, 2.0, 3.0, 4.0]]])
+    holes = torch.tensor([[[1.0, 0.0, 1.0, 0.0]]])
+    got = value_loss(values, values, torch.zeros(1, 1, 4), holes)
+    assert got.item() == 0.5 * (1.0 + 9.0) / 2  # tokens 0 and 2 only
+    with pytest.raises(ValueError, match="^mask must hold only 0 and 1"):
+        value_loss(torch.zeros(1, 1, 4), OLD, RETURNS, torch.tensor([[[1.0, 0.5, 1.0, 0.0]]]))
 
 
 def test_combined_loss_defaults_and_entropy():
