@@ -1,8 +1,9 @@
 """Stale and mismatched rollouts: GRPO with a sampler k epochs behind, with and without corrections.
 
-Issue 16. A SortTransformer learns to sort (length 4, values 0-5) from its own samples,
-which a copy of the policy lagging k = 0, 1, 2, 4, 8 epochs behind generates
-(``rollout_source="stale"``). Four ways to use such a batch (``off_policy_correction``):
+Issue 16, re-run for issue 27 on the loop's held-out-by-content split. A SortTransformer learns
+to sort (length 4, values 0-5) from its own samples, which a copy of the policy lagging
+k epochs behind generates (``rollout_source="stale"``). Four ways to use such a batch
+(``off_policy_correction``):
 
 * ``recompute``: the trainer recomputes the old log-probs and ignores the sampler
   (uncorrected: the bias Yao et al. 2025 point out);
@@ -12,14 +13,40 @@ which a copy of the policy lagging k = 0, 1, 2, 4, 8 epochs behind generates
   w = pi_trainer / pi_sampler, C = 2 (token level).
 
 Plus a sampler/trainer mismatch without staleness: the sampler runs at temperature 1.5,
-which the loss does not know about. Every run has a fixed number of epochs (no early
-stopping) and is scored on 200 held-out prompts never trained on. 3 seeds; the worst seed
-is reported next to the median. Writes results/staleness.json and results/staleness.png.
+which the loss does not know about.
+
+**Splits.** The loop holds out ``NUM_EVAL_PROMPTS`` validation and as many test prompts, one
+per multiset (the SortTransformer ignores prompt order, so a prompt is new only if its
+multiset is: ``SortTask.prompt_key``), disjoint from each other and from every training batch
+(each run asserts ``train_prompts_with_heldout_key == 0``). Length 4 over values 0-5 has 126
+multisets; each held-out set takes 30.
+
+**Protocol.** (1) Tuning (``--tune`` part of the default run): the on-policy baseline's
+learning rate and entropy bonus are chosen from ``TUNING_GRID`` on tuning seed
+``TUNING_SEEDS`` (not reported seeds) by final *validation* exact-sort averaged over them
+(ties: the mean of the last three validation evaluations), so that the baseline is not an under-exploring run that
+plateaus (the reason for the re-run, besides the split). The grid keeps the setting's
+learning rate and tries entropy bonuses up to 1.0: a first, interrupted tuning pass (2026-12-03,
+lr 1e-3 and 3e-3 x bonus 0 to 0.3, same tuning seeds) preferred lr 3e-3 and the bonus at its
+upper edge. (2) Every (k, correction) cell and
+the mismatch cells run with the chosen setting for ``EPOCHS`` epochs, no early stopping, on
+seeds ``SEEDS``; each is scored once on the test split at the end. Every cell is a setting
+of the comparison, none is chosen by its test score: the JSON lists all of them under
+``test_scored_by``. Rankings are exact permutation tests over seeds
+(``seed_stats.compare_seeds``), with many comparisons: read them with a multiplicity caveat.
+
+Writes results/staleness.json and results/staleness.png.
+Run: ``python benchmarks/bench_staleness.py [--quick] [--workers 3]``. Sized to fit about
+15 minutes of a shared 2-core CPU: 5 seeds, k in (0, 2, 8).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import multiprocessing
 import statistics
+import sys
 import time
 from dataclasses import replace
 
@@ -27,15 +54,21 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from _common import RESULTS_DIR, save, setup  # noqa: E402
+import torch  # noqa: E402
+from _common import RESULTS_DIR, loop_splits, record_splits, save, setup  # noqa: E402
 
+from pgrl_helpers.seed_stats import compare_seeds  # noqa: E402
 from pgrl_helpers.training import TrainConfig, run_policy_gradient  # noqa: E402
 
-SEEDS = (0, 1, 2)
-STALENESS = (0, 1, 2, 4, 8)
+SEEDS = (0, 1, 2, 3, 4)
+STALENESS = (0, 2, 8)
 CORRECTIONS = ("recompute", "none", "tis", "mis")
 MISMATCH_TEMPERATURE = 1.5
-TARGET = 0.5  # held-out exact-sort for "epochs to target"
+EPOCHS = 80
+NUM_EVAL_PROMPTS = 30  # per held-out set: 30 validation + 30 test multisets of 126
+TUNING_SEEDS = (100, 101)
+#: (learning rate, entropy bonus) candidates for the on-policy baseline
+TUNING_GRID = tuple((3e-3, ent) for ent in (0.0, 0.1, 0.3, 1.0))
 
 CONFIG = TrainConfig(
     model="transformer",
@@ -48,121 +81,331 @@ CONFIG = TrainConfig(
     reward_fn="sort_distance_reward",
     num_responses=8,
     prompts_per_epoch=32,
-    num_epochs=80,
+    num_epochs=EPOCHS,
     num_steps_per_epoch=4,
     learning_rate=3e-3,
     loss_mode="clipped",
     eval_every=5,
-    num_eval_prompts=200,
+    num_eval_prompts=NUM_EVAL_PROMPTS,
     rollout_source="stale",
     correction_cap=2.0,
 )
 
 
+RECIPE = (
+    "bench_staleness.py comparison: every (staleness k, correction) cell and the temperature "
+    "mismatch cells at the tuned (lr, entropy bonus), side by side, none chosen by its test score"
+)
+
+
+def add_split_records(payload: dict) -> dict:
+    """The ``_common.record_splits`` record (issue 27) plus the keys themselves (``split_keys``).
+
+    The tuning runs' test scores (the loop computes them) are dropped: tuning read validation."""
+    if "split_keys" not in payload:
+        payload["split_keys"] = payload.pop("splits")
+    for key in ("test_scored_by", "test_guided_choice"):
+        payload.pop(key, None)
+    for r in payload["tuning"]["runs"]:
+        r.pop("final_test_exact", None)
+    payload["tuning"]["note"] = (
+        "test scores of the tuning runs are not kept: tuning read validation"
+    )
+    config = replace(CONFIG, num_eval_prompts=NUM_EVAL_PROMPTS)
+    splits = loop_splits(config, "bench_staleness.py")
+    return record_splits(
+        payload, validation=splits["validation"], test=splits["test"], recipe=RECIPE,
+        benchmark="bench_staleness.py",
+    )  # fmt: skip
+
+
+def split_record(history, config: TrainConfig) -> dict:
+    """The validation and test splits of a run: seed, sizes, key and the keys themselves."""
+    task = config.build_task()
+    record = {}
+    for name, prompts in (("validation", history.heldout_prompts), ("test", history.test_prompts)):
+        keys = sorted(set(task.prompt_key(prompts).tolist()))
+        record[name] = {
+            "seed": config.eval_seed,
+            "size": int(prompts.shape[0]),
+            "distinct_keys": len(keys),
+            "key": "multiset of the prompt (SortTask.prompt_key)",
+            "keys": keys,
+        }
+    return record
+
+
+def cell_name(k: int, correction: str, temperature: float = 1.0) -> str:
+    if temperature != 1.0:
+        return f"T={temperature:g}/{correction}"
+    return "k=0/on-policy" if k == 0 else f"k={k}/{correction}"
+
+
 def run(config: TrainConfig) -> dict:
-    t0 = time.perf_counter()
+    torch.set_num_threads(1)
+    t0, c0 = time.perf_counter(), time.process_time()
     history = run_policy_gradient(config)
-    seconds = time.perf_counter() - t0
-    evals = history.evals()
-    steps = history.steps()
-    curve = [r["heldout_exact_sort"] for r in evals]
-    reached = [r["epoch"] for r in evals if r["heldout_exact_sort"] >= TARGET]
+    assert history.train_prompts_with_heldout_key == 0
+    evals, steps = history.evals(), history.steps()
     return {
         "seed": config.seed,
         "staleness": config.staleness,
         "correction": config.off_policy_correction,
         "sampler_temperature": config.sampler_temperature,
+        "learning_rate": config.learning_rate,
+        "entropy_coef": config.entropy_coef,
         "eval_epochs": [r["epoch"] for r in evals],
-        "heldout_exact_sort": curve,
-        "final_heldout_exact_sort": curve[-1],
-        "best_heldout_exact_sort": max(curve),
-        "epochs_to_target": reached[0] if reached else None,
+        "validation_exact": [r["heldout_exact_sort"] for r in evals],
+        "final_validation_exact": evals[-1]["heldout_exact_sort"],
+        "final_test_exact": evals[-1]["test_exact_sort"],
         "mean_ess_fraction": statistics.mean(s["ess_fraction"] for s in steps),
         "mean_is_cut_fraction": statistics.mean(s["is_cut_fraction"] for s in steps),
-        "seconds": seconds,
+        "final_entropy": statistics.mean(s["entropy"] for s in steps[-4 * 5 :]),
+        "seconds": time.perf_counter() - t0,
+        "cpu_seconds": time.process_time() - c0,
+        "splits": split_record(history, config),
     }
 
 
+def job(fields: dict) -> dict:
+    r = run(replace(CONFIG, **fields))
+    print(
+        f"seed {r['seed']} k {r['staleness']} T {r['sampler_temperature']:g} "
+        f"{r['correction']:9s} lr {r['learning_rate']:g} ent {r['entropy_coef']:g}: validation "
+        f"{r['final_validation_exact']:.3f} test {r['final_test_exact']:.3f} "
+        f"ESS/N {r['mean_ess_fraction']:.3f} ({r['cpu_seconds']:.1f} CPU s)",
+        flush=True,
+    )
+    return r
+
+
+def setting_of(r: dict) -> tuple[float, float]:
+    return r["learning_rate"], r["entropy_coef"]
+
+
+def tuning_score(runs: list[dict]) -> tuple[float, float]:
+    """Mean over the tuning seeds of the final validation exact, then of the mean of the last
+    three evaluations (validation only)."""
+    return (
+        statistics.mean(r["final_validation_exact"] for r in runs),
+        statistics.mean(statistics.mean(r["validation_exact"][-3:]) for r in runs),
+    )
+
+
 def summarise(runs: list[dict]) -> dict:
-    finals = [r["final_heldout_exact_sort"] for r in runs]
+    tests = [r["final_test_exact"] for r in runs]
     return {
-        "median_final": statistics.median(finals),
-        "worst_final": min(finals),
+        "seeds": [r["seed"] for r in runs],
+        "test_exact": tests,
+        "median_test": statistics.median(tests),
+        "worst_test": min(tests),
         "median_ess_fraction": statistics.median(r["mean_ess_fraction"] for r in runs),
-        "median_curve": [
-            statistics.median(c) for c in zip(*(r["heldout_exact_sort"] for r in runs))
+        "median_validation_curve": [
+            statistics.median(c) for c in zip(*(r["validation_exact"] for r in runs))
         ],
     }
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2 epochs, 1 seed; writes nothing")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--section", action="store_true", help="print the RESULTS.md section")
+    parser.add_argument("--record-splits", action="store_true", help="add the split record")
+    args = parser.parse_args(argv)
+    if args.section:
+        print(results_section(json.loads((RESULTS_DIR / "staleness.json").read_text())))
+        return
+    if args.record_splits:  # a file saved before add_split_records existed
+        path = RESULTS_DIR / "staleness.json"
+        payload = add_split_records(json.loads(path.read_text()))
+        path.write_text(json.dumps(payload, indent=2) + "\n")
+        return
     setup()
-    runs = []
-    for seed in SEEDS:
+    epochs = 2 if args.quick else EPOCHS
+    seeds = SEEDS[:1] if args.quick else SEEDS
+    grid = TUNING_GRID[:2] if args.quick else TUNING_GRID
+    pool = multiprocessing.get_context("spawn").Pool(args.workers)
+    c0 = time.time()
+    tuning = pool.map(
+        job,
+        [
+            dict(seed=seed, learning_rate=lr, entropy_coef=ent, num_epochs=epochs)
+            for lr, ent in grid
+            for seed in TUNING_SEEDS
+        ],
+    )
+    lr, ent = max(grid, key=lambda g: tuning_score([r for r in tuning if setting_of(r) == g]))
+    print(f"chosen on validation (seeds {TUNING_SEEDS}): lr {lr:g}, entropy bonus {ent:g}")
+    base = dict(learning_rate=lr, entropy_coef=ent, num_epochs=epochs)
+    jobs = []
+    for seed in seeds:
         for k in STALENESS:
             # k = 0: sampler == trainer bit for bit, every weight is 1: one run serves all four
             for correction in CORRECTIONS if k else ("none",):
-                r = run(replace(CONFIG, seed=seed, staleness=k, off_policy_correction=correction))
-                runs.append(r)
-                print(
-                    f"seed {seed} k {k} {correction:9s}: final {r['final_heldout_exact_sort']:.3f}"
-                    f" ESS/N {r['mean_ess_fraction']:.3f} ({r['seconds']:.1f} s)",
-                    flush=True,
-                )
+                jobs.append(base | dict(seed=seed, staleness=k, off_policy_correction=correction))
         for correction in CORRECTIONS:
-            config = replace(
-                CONFIG,
-                seed=seed,
-                sampler_temperature=MISMATCH_TEMPERATURE,
-                off_policy_correction=correction,
+            jobs.append(
+                base
+                | dict(
+                    seed=seed,
+                    sampler_temperature=MISMATCH_TEMPERATURE,
+                    off_policy_correction=correction,
+                )
             )
-            r = run(config)
-            runs.append(r)
-            print(f"seed {seed} T {MISMATCH_TEMPERATURE} {correction}: "
-                  f"final {r['final_heldout_exact_sort']:.3f}", flush=True)  # fmt: skip
+    runs = pool.map(job, jobs)
+    pool.close()
+    for r in runs:
+        r["cell"] = cell_name(r["staleness"], r["correction"], r["sampler_temperature"])
+    splits = runs[0]["splits"]
+    assert all(r["splits"] == splits for r in runs + tuning), "every run shares one split"
+    for r in runs + tuning:
+        del r["splits"]
+    cells = list(dict.fromkeys(r["cell"] for r in runs))
+    summary = {c: summarise([r for r in runs if r["cell"] == c]) for c in cells}
 
-    def select(k, correction, temperature=1.0):
-        if k == 0 and temperature == 1.0:
-            correction = "none"
-        return [
-            r
-            for r in runs
-            if r["staleness"] == k
-            and r["correction"] == correction
-            and r["sampler_temperature"] == temperature
-        ]
+    def compare(a: str, b: str) -> dict:
+        return compare_seeds(summary[a]["test_exact"], summary[b]["test_exact"], a, b)
 
-    summary = {
-        "staleness": {
-            f"k={k}/{c}": summarise(select(k, c)) for k in STALENESS for c in CORRECTIONS
-        },
-        "mismatch": {c: summarise(select(0, c, MISMATCH_TEMPERATURE)) for c in CORRECTIONS},
-    }
+    comparisons = []
+    for k in STALENESS[1:]:
+        comparisons.append(compare(f"k={k}/none", "k=0/on-policy"))
+        for c in ("recompute", "tis", "mis"):
+            comparisons.append(compare(f"k={k}/{c}", f"k={k}/none"))
+    t = f"T={MISMATCH_TEMPERATURE:g}"
+    comparisons.append(compare(f"{t}/recompute", "k=0/on-policy"))
+    for c in ("none", "tis", "mis"):
+        comparisons.append(compare(f"{t}/{c}", f"{t}/recompute"))
+
     fig, axes = plt.subplots(1, len(CORRECTIONS), figsize=(14, 3.5), sharey=True)
+    epochs_axis = runs[0]["eval_epochs"]
     for ax, correction in zip(axes, CORRECTIONS):
         for k in STALENESS:
-            s = summary["staleness"][f"k={k}/{correction}"]
-            ax.plot(select(k, correction)[0]["eval_epochs"], s["median_curve"], label=f"k={k}")
-        ax.set_title(correction)
+            name = cell_name(k, correction)
+            ax.plot(epochs_axis, summary[name]["median_validation_curve"], label=f"k={k}")
+        ax.set_title(f"correction: {correction}")
         ax.set_xlabel("epoch")
-    axes[0].set_ylabel("held-out exact-sort (median of 3 seeds)")
+    axes[0].set_ylabel(f"validation exact-sort\n(median of {len(seeds)} seeds)")
     axes[0].legend()
     fig.tight_layout()
+    if args.quick:
+        print(summary, comparisons)
+        return
     fig.savefig(RESULTS_DIR / "staleness.png", dpi=100)
     save(
         "staleness",
-        {
-            "config": {k: v for k, v in vars(CONFIG).items() if not callable(v)},
-            "seeds": list(SEEDS),
-            "staleness_values": list(STALENESS),
-            "corrections": list(CORRECTIONS),
-            "mismatch_temperature": MISMATCH_TEMPERATURE,
-            "target": TARGET,
-            "summary": summary,
-            "runs": runs,
-        },
+        add_split_records(
+            {
+                "config": {k: v for k, v in vars(CONFIG).items() if not callable(v)},
+                "seeds": list(seeds),
+                "staleness_values": list(STALENESS),
+                "corrections": list(CORRECTIONS),
+                "mismatch_temperature": MISMATCH_TEMPERATURE,
+                "epochs": epochs,
+                "tuning": {
+                    "seeds": list(TUNING_SEEDS),
+                    "grid": [list(g) for g in grid],
+                    "selected_by": "final validation exact-sort, mean over the tuning seeds (ties: mean of the last 3 evaluations)",
+                    "runs": tuning,
+                    "chosen": {"learning_rate": lr, "entropy_coef": ent},
+                },
+                "splits": splits,
+                "summary": summary,
+                "comparisons": comparisons,
+                "wall_seconds": round(time.time() - c0, 1),
+                "total_cpu_seconds": round(sum(r["cpu_seconds"] for r in runs + tuning), 1),
+                "runs": runs,
+            }
+        ),
+    )
+
+
+def results_section(payload: dict) -> str:
+    """The benchmarks/RESULTS.md section for a saved staleness.json."""
+    c, s = payload["config"], payload["summary"]
+    v, t = payload["split_keys"]["validation"], payload["split_keys"]["test"]
+    tune = payload["tuning"]
+    loads = payload["machine"]["load_average_1_5_15_min"]
+
+    def cell(k: int, correction: str) -> str:
+        return "k=0/on-policy" if k == 0 else f"k={k}/{correction}"
+
+    def fmt(name: str) -> str:
+        x = s[name]
+        return f"{x['median_test']:.3f} [{x['worst_test']:.3f}] ({x['median_ess_fraction']:.2f})"
+
+    corrections = payload["corrections"]
+    rows = [
+        f"| {k} | " + " | ".join(fmt(cell(k, corr)) for corr in corrections) + " |"
+        for k in payload["staleness_values"]
+    ]
+    temp = f"T={payload['mismatch_temperature']:g}"
+    comparisons = [
+        f"| {x['name_a']} | {x['name_b']} | {x['median_a']:.3f} [{x['worst_a']:.3f}] | "
+        f"{x['median_b']:.3f} [{x['worst_b']:.3f}] | {x['p_value']:.3f} | {x['verdict']} |"
+        for x in payload["comparisons"]
+    ]
+    below = [x for x in payload["comparisons"] if x["p_value"] < 0.05]
+    n = len(payload["comparisons"])
+    return "\n".join(
+        [
+            "## Stale rollouts and off-policy corrections (`bench_staleness.py`)",
+            "",
+            f"Issue 16, re-run on the loop's held-out-by-content split (issue 27). SortTransformer "
+            f"(d_model {c['embedding_dim']}, {c['num_layers']} layer, {c['num_heads']} heads), "
+            f"prompts of length {c['prompt_length']}, values 0-{c['vocab_size'] - 1}, "
+            f"{c['prompts_per_epoch']} fresh random prompts per epoch, G = {c['num_responses']}, "
+            f"{c['num_steps_per_epoch']} steps per epoch, clipped loss, {payload['epochs']} epochs "
+            f"(no early stopping). Held out by multiset (`SortTask.prompt_key`): {v['size']} "
+            f"validation prompts ({v['distinct_keys']} multisets) and {t['size']} test prompts "
+            f"({t['distinct_keys']} other multisets) of 126, none in any training batch (asserted "
+            f"per run). The on-policy baseline's (lr, entropy bonus) was chosen from "
+            f"{tune['grid']} on tuning seeds {tune['seeds']} by final validation exact: "
+            f"lr {tune['chosen']['learning_rate']:g}, entropy bonus "
+            f"{tune['chosen']['entropy_coef']:g}, used by every cell. The batch of epoch e is "
+            'sampled by the weights of epoch max(0, e - k) (`rollout_source="stale"`). '
+            "Corrections: `recompute` (old = trainer, sampler ignored), `none` (old = sampler: "
+            "PPO's ratio is the IS weight), `tis` / `mis` (old = trainer; token weights min(w, C) "
+            f"/ w 1[w <= C], C = {c['correction_cap']}). Seeds {payload['seeds']}; every cell is "
+            "scored once on the test split at the end and chooses nothing. "
+            f"{payload['total_cpu_seconds'] / 60:.1f} CPU-minutes; load average {loads} on 2 "
+            f"shared cores ({payload['machine']['date_utc']} UTC).",
+            "",
+            "Final test exact-sort, median [worst seed]; median over seeds of the mean ESS / n of "
+            "the token weights pi_trainer / pi_sampler in parentheses:",
+            "",
+            "| k (epochs) | " + " | ".join(corrections) + " |",
+            "|---|" + "---|" * len(corrections),
+            *rows,
+            "",
+            f"Sampler/trainer mismatch, k = 0, sampler temperature "
+            f"{payload['mismatch_temperature']} that the loss ignores:",
+            "",
+            "| " + " | ".join(corrections) + " |",
+            "|" + "---|" * len(corrections),
+            "| " + " | ".join(fmt(f"{temp}/{corr}") for corr in corrections) + " |",
+            "",
+            "Comparisons (`seed_stats.compare_seeds`: test exact, median [worst seed], exact "
+            "two-sided permutation p over the seeds):",
+            "",
+            "| a | b | a | b | p | verdict |",
+            "|---|---|---|---|---|---|",
+            *comparisons,
+            "",
+            f"{len(below)} of {n} comparisons have p < 0.05"
+            + (
+                f" ({'; '.join(x['name_a'] + ' vs ' + x['name_b'] for x in below)})"
+                if below
+                else ""
+            )
+            + f"; a Bonferroni correction over the {n} tests puts the threshold at "
+            f"{0.05 / n:.4f}.",
+            "",
+            "![validation exact-sort vs epoch per staleness and correction](results/staleness.png)",
+            "",
+        ]
     )
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
