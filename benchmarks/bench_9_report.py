@@ -567,6 +567,31 @@ def autoregressive_section(r: dict) -> str:
     )
 
 
+def objectives_section(r: dict) -> str:
+    """Section 11 (helper H4's renderer lives with its benchmark)."""
+    import bench_objectives
+
+    return bench_objectives.results_section()
+
+
+def collapse_section(r: dict) -> str:
+    import bench_collapse
+
+    return bench_collapse.results_section(r)
+
+
+def staleness_section(r: dict) -> str:
+    import bench_staleness
+
+    return bench_staleness.results_section(r)
+
+
+def length_drift_section(r: dict) -> str:
+    import bench_length_drift
+
+    return bench_length_drift.results_section(r)
+
+
 def kept_sections(generated: str) -> list[str]:
     """The '## ' sections of the current RESULTS.md that this script does not generate."""
     if not OUT.exists():
@@ -596,6 +621,10 @@ def main() -> None:
         "lecture_ablation": ablation_section,
         "kl_beta": kl_beta_section,
         "ppo_vs_grpo": ppo_section,
+        "objectives": objectives_section,
+        "collapse": collapse_section,
+        "length_drift": length_drift_section,
+        "staleness": staleness_section,
     }
     loaded = {name: load(name) for name in parts}
     present = [v for v in loaded.values() if v is not None]
