@@ -14,6 +14,7 @@
     python3 tasks.py timings      run every notebook from a fresh kernel (a temporary copy) and
                                   write benchmarks/results/notebook_timings.json
     python3 tasks.py mutation     mutation testing of the numerical core (slow; not in `test`)
+    python3 tasks.py checkpoint   build notebook 14's small SFT checkpoint into .cache/pgrl/
 
 The Makefile has the same targets (make lab, make test, ...).
 """
@@ -332,6 +333,9 @@ def timings() -> None:
         results.append(
             {
                 "notebook": notebook.name,
+                "commit": _git("rev-parse", "--short", "HEAD"),
+                # differs from that commit (uncommitted edits in the working tree)?
+                "modified": bool(_git("status", "--porcelain", str(notebook))),
                 "ok": done.returncode == 0,
                 "wall_seconds": round(wall, 1),
                 "cpu_seconds": round(cpu, 1),
@@ -348,14 +352,20 @@ def timings() -> None:
             f"load {os.getloadavg()[0]:.2f}",
             flush=True,
         )
+        _write_timings(out, results)
+    if not all(r["ok"] for r in results):
+        sys.exit(1)
+
+
+def _write_timings(out: Path, results: list[dict]) -> None:
+    """The timings JSON, rewritten after every notebook so a partial run keeps its results."""
     payload = {
         "what": "each notebook executed from a fresh kernel in a temporary copy "
         "(python3 tasks.py timings); wall = elapsed seconds, cpu = user + system seconds of "
         "the executing process and its kernel; load = 1/5/15-min load average of the machine, "
         "which other work shares",
-        "commit": _git("rev-parse", "--short", "HEAD"),
-        # notebooks that differed from that commit when they were timed (others' edits)
-        "notebooks_modified_at_run": _git("status", "--porcelain", "notebooks").splitlines(),
+        # the commit each notebook was timed at is in its entry (HEAD may move during a run)
+        "commits": sorted({r["commit"] for r in results}),
         "machine": {
             "logical_cores": os.cpu_count(),
             "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
@@ -366,8 +376,6 @@ def timings() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(payload, indent=2) + "\n")
     print(f"wrote {out}")
-    if not all(r["ok"] for r in results):
-        sys.exit(1)
 
 
 def _git(*args: str) -> str:
@@ -425,6 +433,12 @@ def _execute_notebook() -> None:
         sys.exit(1)
 
 
+def checkpoint() -> None:
+    """The small SFT checkpoint of notebook 14 (pgrl_helpers/checkpoint.py), cached in .cache/."""
+    setup(["requirements.txt", "requirements-scale.txt"])
+    run(PY, "-m", "pgrl_helpers.checkpoint", *sys.argv[2:])
+
+
 def mutation() -> None:
     """Mutation testing (mutmut) of the core modules listed in tests/mutation.py."""
     setup(["requirements.txt", "requirements-dev.txt"])
@@ -441,6 +455,7 @@ COMMANDS = {
     "timings": timings,
     "_execute_notebook": _execute_notebook,
     "mutation": mutation,
+    "checkpoint": checkpoint,
 }
 
 if __name__ == "__main__":
