@@ -152,7 +152,7 @@ def test_lab_takes_a_root_dir_and_stops_cleanly_on_ctrl_c(tmp_path):
                 time.sleep(0.5)
         assert set(ASSIGNMENTS) <= names
         os.killpg(proc.pid, signal.SIGINT)  # Ctrl+C in the terminal: the whole group
-        output, _ = proc.communicate(timeout=30)
+        output, _ = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
