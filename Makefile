@@ -1,5 +1,5 @@
 # Thin wrappers around tasks.py (which needs nothing but python3).
-.PHONY: setup lab test bench assignments book mutation
+.PHONY: setup lab test bench assignments book mutation timings
 setup:
 	python3 tasks.py setup
 lab:
@@ -14,3 +14,5 @@ book:
 	python3 tasks.py book
 mutation:
 	python3 tasks.py mutation
+timings:
+	python3 tasks.py timings
