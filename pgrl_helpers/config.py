@@ -14,9 +14,10 @@ from dataclasses import dataclass, fields
 
 from .advantages import ADVANTAGE_ESTIMATORS, DELTA_MODES, GROUP_MODES
 from .autoregressive import AutoregressiveSortPolicy
+from .covariance import check_clip_cov
 from .dedup_task import DEDUP_REWARD_FNS, SortDedupTask
 from .history import _check_choice
-from .kl import KL_ESTIMATORS
+from .kl import KL_ESTIMATORS, AdaptiveKLController
 from .losses import LOSS_MODES, POLICY_OBJECTIVES
 from .masking import LOSS_AGGREGATIONS
 from .models import LectureModel, SortTransformer
@@ -161,6 +162,25 @@ class TrainConfig:
     """TIS / MIS weights per 'token' or per 'sequence' (product over the response)."""
     correction_cap: float = 2.0
     """C of TIS (weights truncated at C) and MIS (weights above C dropped); inf allowed."""
+    correction_cap_low: float | None = None
+    """Two-sided TIS / MIS: weights below this are raised to it (TIS) or dropped (MIS)."""
+
+    # Remedies practitioners reach for, each off by default (the defaults leave every run as
+    # it was). Entropy: Clip-Cov and the high-entropy-token mask act on the per-token policy
+    # loss (``losses.apply_token_remedies``); KL: the adaptive controller sets beta each step
+    # (``kl.AdaptiveKLController``); off-policy: ``correction_cap_low`` above.
+    clip_cov_ratio: float = 0.0
+    """Clip-Cov (arXiv 2505.22617): fraction of real tokens detached from the loss (0: off)."""
+    clip_cov_lb: float = 1.0
+    """Clip-Cov: a token is a candidate only if its covariance is > this (verl: 1)."""
+    clip_cov_ub: float = 5.0
+    """Clip-Cov: ... and < this (verl: 5)."""
+    top_entropy_quantile: float = 1.0
+    """Train only on this top fraction of real tokens by entropy (arXiv 2506.01939; 1: off)."""
+    kl_target: float | None = None
+    """Adaptive KL (Ziegler et al. 2019): target KL per response; None keeps beta fixed."""
+    kl_horizon: int = 10000
+    """Adaptive KL: horizon H, beta changes by a factor 1 + e_t x responses / H per step."""
     profile_time: bool = False
     """Log the wall time of each phase per epoch (time_* keys; off keeps histories exact)."""
 
@@ -332,6 +352,35 @@ class TrainConfig:
                 "or 'constant_normalizer'"
             )
 
+    def _validate_remedies(self) -> None:
+        """Checks of the default-off remedies: Clip-Cov, entropy mask, adaptive KL."""
+        check_clip_cov(self.clip_cov_ratio, self.clip_cov_lb, self.clip_cov_ub)
+        if self.clip_cov_ratio > 0 and (
+            self.loss_mode != "clipped" or self.importance_sampling_level != "token"
+        ):
+            raise ValueError(
+                "clip_cov_ratio > 0 (Clip-Cov) detaches tokens of the clipped PPO loss: it "
+                "needs loss_mode 'clipped' and importance_sampling_level 'token', got "
+                f"{self.loss_mode!r} and {self.importance_sampling_level!r}"
+            )
+        q = self.top_entropy_quantile
+        if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 1:
+            raise ValueError(f"top_entropy_quantile must be a number in (0, 1], got {q!r}")
+        if self.kl_target is not None:
+            if self.kl_penalty <= 0 or self.kl_in_reward:
+                raise ValueError(
+                    "kl_target adapts the KL term's coefficient, starting from kl_penalty: it "
+                    f"needs kl_penalty > 0 and kl_in_reward False, got {self.kl_penalty!r} and "
+                    f"{self.kl_in_reward!r}"
+                )
+            AdaptiveKLController(self.kl_penalty, self.kl_target, self.kl_horizon)  # checks
+        elif (
+            not isinstance(self.kl_horizon, int)
+            or isinstance(self.kl_horizon, bool)
+            or self.kl_horizon < 1
+        ):
+            raise ValueError(f"kl_horizon must be a positive int, got {self.kl_horizon!r}")
+
     def validate(self) -> None:
         """Raise ValueError/TypeError naming the first bad field; called before training."""
         _check_choice(self.deltas_mode, DELTA_MODES, "deltas_mode")
@@ -368,6 +417,7 @@ class TrainConfig:
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive int or None, got {value!r}")
         self._validate_value_options()
+        self._validate_remedies()
         if (
             self.advantage_estimator == "group"
             and self.deltas_mode in GROUP_MODES

@@ -4,7 +4,9 @@ For a softmax policy one update changes the entropy by about -Cov(log pi(a), cha
 a); under a policy gradient the logit change is proportional to pi(a) A(a), so confident
 tokens with a high advantage lower the entropy. KL-Cov ranks the batch's real tokens by
 ``token_covariance`` and adds beta |log pi - log pi_old| to the loss of the top k fraction
-(``kl_cov_tokens``); ``losses.compute_per_token_loss(..., mode="kl_cov")`` uses both.
+(``kl_cov_tokens``); ``losses.compute_per_token_loss(..., mode="kl_cov")`` uses both. The
+paper's other remedy, Clip-Cov (``clip_cov_tokens``; ``TrainConfig.clip_cov_ratio``), detaches
+the policy-gradient loss of a few random tokens whose covariance is in a band.
 Shapes: log_probs float[batch, trial, pos], deltas float[batch, trial] or [batch, trial, pos],
 mask bool/float[batch, trial, pos].
 """
@@ -81,3 +83,53 @@ def kl_cov_tokens(
     chosen = torch.zeros(cov.shape, dtype=torch.bool)
     chosen[order] = True
     return chosen.reshape(log_probs.shape)
+
+
+def check_clip_cov(ratio, lower, upper) -> None:
+    """Raise ValueError naming the bad Clip-Cov setting (ratio in [0, 1], lower < upper)."""
+    if (
+        isinstance(ratio, bool)
+        or not isinstance(ratio, (int, float))
+        or not math.isfinite(ratio)
+        or not 0 <= ratio <= 1
+    ):
+        raise ValueError(f"clip_cov_ratio must be a number in [0, 1] (0: off), got {ratio!r}")
+    for value, name in ((lower, "clip_cov_lb"), (upper, "clip_cov_ub")):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+    if not lower < upper:
+        raise ValueError(f"clip_cov_lb must be < clip_cov_ub, got {lower!r} and {upper!r}")
+
+
+def clip_cov_tokens(
+    log_probs: torch.Tensor,
+    deltas: torch.Tensor,
+    already_clipped: torch.Tensor,
+    clip_cov_ratio: float,
+    lower: float = 1.0,
+    upper: float = 5.0,
+    mask: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """bool[batch, trial, pos]: Clip-Cov's tokens, whose policy-gradient loss is detached.
+
+    Cui et al. 2025 (arXiv 2505.22617), Clip-Cov: among the real tokens whose
+    ``token_covariance`` lies strictly inside (``lower``, ``upper``) and whose PPO term is not
+    clipped already (``already_clipped`` bool[batch, trial, pos]), pick
+    min(max(1, floor(``clip_cov_ratio`` N)), candidates) uniformly at random (N real tokens;
+    ``generator`` seeds the draw). verl's ``compute_policy_loss_clip_cov`` (defaults ratio
+    2e-4, bounds 1 and 5) multiplies the clipped PPO loss of these tokens by 0.
+    """
+    check_clip_cov(clip_cov_ratio, lower, upper)
+    check_same_shape(log_probs, already_clipped, "log_probs", "already_clipped")
+    cov = token_covariance(log_probs, deltas, mask)
+    real = torch.isfinite(cov)
+    candidates = real & ~already_clipped & (cov > lower) & (cov < upper)
+    chosen = torch.zeros(cov.shape, dtype=torch.bool)
+    where = candidates.flatten().nonzero().squeeze(-1)
+    count = min(max(1, int(clip_cov_ratio * int(real.sum()))), where.numel())
+    if clip_cov_ratio == 0 or count == 0:
+        return chosen
+    pick = where[torch.randperm(where.numel(), generator=generator)[:count]]
+    chosen.view(-1)[pick] = True
+    return chosen

@@ -190,3 +190,75 @@ def kl_per_response(
     per_token = kl_estimate(log_probs, ref_log_probs, estimator)
     batch, trial, _ = log_probs.shape
     return masked_normalize(per_token, mask, float(batch * trial))
+
+
+# --------------------------------------------------------------------------------------
+# The KL coefficient: fixed, or adapted to a target (Ziegler et al. 2019)
+# --------------------------------------------------------------------------------------
+
+
+class FixedKLController:
+    """beta stays ``kl_coef`` (the loop's default: ``TrainConfig.kl_target`` None)."""
+
+    def __init__(self, kl_coef: float):
+        self.value = kl_coef
+
+    def update(self, current_kl: float, n_steps: int) -> float:
+        """Nothing to adapt; returns beta."""
+        return self.value
+
+    def penalty(self, kl: torch.Tensor, n_steps: int) -> torch.Tensor:
+        """This step's KL term, beta x kl (then ``update``: a no-op here)."""
+        term = self.value * kl
+        self.update(kl.item(), n_steps)
+        return term
+
+
+class AdaptiveKLController:
+    """Ziegler et al. 2019 (arXiv 1909.08593, sec. 2.2), the proportional controller of beta.
+
+    e_t = clip(KL_t / KL_target - 1, -0.2, 0.2) and beta_{t+1} = beta_t (1 + K_beta e_t), with
+    K_beta = n_steps / horizon (their code, lm-human-preferences ``AdaptiveKLController``:
+    n_steps = responses in the batch; the paper quotes K_beta = 0.1). KL_t is the measured
+    KL(pi || pi_ref) per response. beta grows while the policy is further from the
+    reference than the target and shrinks while it is closer; the clip bounds each update to
+    a factor 1 +- 0.2 K_beta.
+    """
+
+    def __init__(self, init_kl_coef: float, target: float, horizon: int):
+        for value, name in ((init_kl_coef, "init_kl_coef"), (target, "kl_target")):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+            if not value < float("inf"):
+                raise ValueError(f"{name} must be finite, got {value!r}")
+        if not isinstance(horizon, int) or isinstance(horizon, bool) or horizon < 1:
+            raise ValueError(f"kl_horizon must be a positive int, got {horizon!r}")
+        self.value = float(init_kl_coef)
+        self.target = float(target)
+        self.horizon = horizon
+
+    def penalty(self, kl: torch.Tensor, n_steps: int) -> torch.Tensor:
+        """This step's KL term, beta_t x kl; then beta_{t+1} from this kl (``update``)."""
+        term = self.value * kl
+        self.update(kl.item(), n_steps)
+        return term
+
+    def update(self, current_kl: float, n_steps: int) -> float:
+        """One controller step from the measured KL; returns the new beta."""
+        if not isinstance(n_steps, int) or isinstance(n_steps, bool) or n_steps < 1:
+            raise ValueError(f"n_steps must be a positive int, got {n_steps!r}")
+        current_kl = float(current_kl)
+        if current_kl != current_kl or abs(current_kl) == float("inf"):
+            raise ValueError(f"current_kl must be finite, got {current_kl!r}")
+        error = min(max(current_kl / self.target - 1.0, -0.2), 0.2)
+        self.value *= 1.0 + error * n_steps / self.horizon
+        return self.value
+
+
+def build_kl_controller(config):
+    """The run's beta: ``AdaptiveKLController`` when ``config.kl_target`` is set (starting at
+    ``kl_penalty``, horizon ``kl_horizon``), else ``FixedKLController(config.kl_loss_coef)``."""
+    target = getattr(config, "kl_target", None)
+    if target is None:
+        return FixedKLController(config.kl_loss_coef)
+    return AdaptiveKLController(config.kl_penalty, target, config.kl_horizon)

@@ -16,7 +16,8 @@ import math
 import torch
 
 from ._validate import check_finite, check_mode, check_ndim, check_same_shape
-from .covariance import check_kl_cov, kl_cov_tokens, token_covariance
+from .covariance import check_kl_cov, clip_cov_tokens, kl_cov_tokens, token_covariance
+from .masking import high_entropy_mask
 
 __all__ = ["kl_cov_tokens", "token_covariance"]  # re-exported: KL-Cov's pieces (covariance.py)
 
@@ -347,6 +348,49 @@ def clip_fraction(
 # --------------------------------------------------------------------------------------
 
 
+def apply_token_remedies(per_token_loss, log_probs, rollout, config) -> torch.Tensor:
+    """The entropy remedies that drop tokens from the policy loss, default off.
+
+    * Clip-Cov (``config.clip_cov_ratio`` > 0; Cui et al. 2025, arXiv 2505.22617): the
+      per-token loss of ``covariance.clip_cov_tokens`` is multiplied by 0 (value and
+      gradient), as verl's ``compute_policy_loss_clip_cov``. "Already clipped" means the
+      clipped PPO term is active (``clip_mask`` != 0). The random pick is seeded from
+      ``config.seed`` and the batch's tokens, so a run is reproducible.
+    * High-entropy tokens only (``config.top_entropy_quantile`` < 1; Wang et al. 2025,
+      arXiv 2506.01939; TRL's ``top_entropy_quantile``): the loss of every real token
+      outside ``masking.high_entropy_mask(rollout.token_entropy, mask, q)`` is multiplied
+      by 0 (TRL's ``per_token_loss * entropy_mask``; the aggregation still divides by all
+      real tokens). ``rollout.token_entropy`` is the sampling policy's per-token entropy,
+      which the loop stores once per batch (with one optimizer step per batch it is the
+      step's own entropy, as in TRL).
+
+    per_token_loss, log_probs float[batch, trial, pos] -> float[batch, trial, pos].
+    """
+    ratio = getattr(config, "clip_cov_ratio", 0.0)
+    if ratio > 0:
+        clipped = clip_mask(
+            log_probs.detach(), rollout.old_log_probs, rollout.deltas, config.epsilon,
+            config.epsilon_high,
+        ) != 0  # fmt: skip
+        seed = config.seed * 1_000_003 + int(rollout.responses.sum()) + rollout.responses.numel()
+        chosen = clip_cov_tokens(
+            log_probs,
+            rollout.deltas,
+            clipped,
+            ratio,
+            config.clip_cov_lb,
+            config.clip_cov_ub,
+            rollout.mask,
+            torch.Generator().manual_seed(seed),
+        )
+        per_token_loss = torch.where(chosen, torch.zeros_like(per_token_loss), per_token_loss)
+    quantile = getattr(config, "top_entropy_quantile", 1.0)
+    if quantile < 1:
+        keep = high_entropy_mask(rollout.token_entropy, rollout.mask, quantile)
+        per_token_loss = per_token_loss * keep.to(per_token_loss.dtype)
+    return per_token_loss
+
+
 def _objective(log_probs: torch.Tensor, rollout, config, level: str) -> torch.Tensor:
     if config.loss_mode == "naive":
         old = None
@@ -354,7 +398,7 @@ def _objective(log_probs: torch.Tensor, rollout, config, level: str) -> torch.Te
         old = rollout.old_log_probs
     else:
         old = log_probs  # the freeze pitfall, on purpose
-    return compute_per_token_loss(
+    loss = compute_per_token_loss(
         log_probs,
         rollout.deltas,
         config.loss_mode,
@@ -370,6 +414,7 @@ def _objective(log_probs: torch.Tensor, rollout, config, level: str) -> torch.Te
         kl_cov_ratio=config.kl_cov_ratio,
         kl_cov_coef=config.kl_cov_coef,
     )
+    return apply_token_remedies(loss, log_probs, rollout, config)
 
 
 def token_level_objective(log_probs: torch.Tensor, rollout, config) -> torch.Tensor:

@@ -204,3 +204,27 @@ def effective_token_weights(
     loss = aggregate_loss(-log_probs * deltas[:, :, None], mask, aggregation, normalize_constant)
     (grad,) = torch.autograd.grad(loss, log_probs)
     return -grad
+
+
+def high_entropy_mask(
+    entropy: torch.Tensor, mask: torch.Tensor, top_entropy_quantile: float
+) -> torch.Tensor:
+    """bool[batch, trial, pos]: the real tokens in the top ``top_entropy_quantile`` by entropy.
+
+    Wang et al. 2025, "Beyond the 80/20 rule" (arXiv 2506.01939): train only on the
+    high-entropy "forking" tokens (they keep the top 20%). As TRL's
+    ``GRPOTrainer.get_high_entropy_mask``: threshold = ``torch.quantile`` of the real tokens'
+    entropies at 1 - q (linear interpolation), keep real tokens with entropy >= threshold.
+    entropy float[batch, trial, pos] (nats), mask 0/1 of the same shape (holes allowed);
+    q in (0, 1] (1 keeps every real token). The kept tokens' per-token loss counts; the
+    loss of the others is multiplied by 0, while the aggregation's denominator still counts
+    every real token (TRL's ``per_token_loss * entropy_mask``).
+    """
+    q = top_entropy_quantile
+    if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 1:
+        raise ValueError(f"top_entropy_quantile must be a number in (0, 1], got {q!r}")
+    bool_mask = _check_mask(entropy, mask)
+    if not bool_mask.any():
+        raise ValueError("mask selects no token (it is all zeros): no entropy to rank")
+    threshold = torch.quantile(entropy.detach()[bool_mask].float(), 1 - q)
+    return (entropy.detach() >= threshold.to(entropy.dtype)) & bool_mask

@@ -27,6 +27,13 @@ With pi_samp the sampler, pi_prox the trainer's policy when the batch arrives
 
 ``correction_level`` 'token' uses per-token w; 'sequence' the product over the
 response's real tokens, one weight per response. C = ``correction_cap``.
+
+Two-sided: with ``correction_cap_low`` = C_low (None: one-sided, as above), 'tis' also
+raises weights below C_low to C_low, and 'mis' also drops (weight 0) tokens or sequences
+whose weight is below C_low: the token / sequence importance-sampling masks of TRL
+(``vllm_importance_sampling_mode`` 'token_mask' / 'sequence_mask' with
+``vllm_importance_sampling_clip_min``) and verl's rollout-correction lower threshold. A
+weight far below 1 marks a token the sampler found much likelier than the trainer does.
 """
 
 from __future__ import annotations
@@ -75,20 +82,34 @@ def importance_weights(
     return torch.where(mask > 0, w, torch.ones_like(w))
 
 
-def corrected_weights(weights: torch.Tensor, correction: str, cap: float) -> torch.Tensor:
+def corrected_weights(
+    weights: torch.Tensor, correction: str, cap: float, cap_low: float | None = None
+) -> torch.Tensor:
     """The per-token loss weights of a correction, from raw weights w (any shape).
 
-    'tis': min(w, cap) (truncated IS); 'mis': w where w <= cap, else exactly 0 (masked IS);
-    'none' / 'recompute': ones (no weight). cap may be math.inf.
+    'tis': min(w, cap) (truncated IS), and max(., cap_low) when cap_low is given; 'mis': w
+    where w <= cap (and w >= cap_low, when given), else exactly 0 (masked IS, one- or
+    two-sided); 'none' / 'recompute': ones (no weight). cap may be math.inf; cap_low must be
+    in [0, cap) or None.
     """
     if correction not in CORRECTIONS:
         raise ValueError(f"unknown off_policy_correction {correction!r}; valid: {CORRECTIONS}")
     if not isinstance(cap, (int, float)) or isinstance(cap, bool) or not cap > 0:
         raise ValueError(f"correction_cap must be a number > 0 (inf allowed), got {cap!r}")
+    if cap_low is not None and (
+        not isinstance(cap_low, (int, float)) or isinstance(cap_low, bool) or not 0 <= cap_low < cap
+    ):
+        raise ValueError(
+            f"correction_cap_low must be None or a number in [0, correction_cap={cap!r}), "
+            f"got {cap_low!r}"
+        )
     if correction == "tis":
-        return weights.clamp(max=cap)
+        return weights.clamp(min=cap_low, max=cap)
     if correction == "mis":
-        return torch.where(weights <= cap, weights, torch.zeros_like(weights))
+        keep = weights <= cap
+        if cap_low is not None:
+            keep = keep & (weights >= cap_low)
+        return torch.where(keep, weights, torch.zeros_like(weights))
     return torch.ones_like(weights)
 
 
@@ -135,7 +156,13 @@ def check_off_policy_fields(config) -> None:
         raise ValueError(
             f"unknown correction_level {config.correction_level!r}; valid: {CORRECTION_LEVELS}"
         )
-    corrected_weights(torch.ones(1), "tis", config.correction_cap)  # checks the cap
+    low = getattr(config, "correction_cap_low", None)
+    corrected_weights(torch.ones(1), "tis", config.correction_cap, low)  # checks the caps
+    if low is not None and config.off_policy_correction not in ("tis", "mis"):
+        raise ValueError(
+            "correction_cap_low bounds the weights of 'tis' / 'mis' from below: set "
+            f"off_policy_correction to one of them, got {config.off_policy_correction!r}"
+        )
     uses_stale = config.rollout_source == "stale"
     if not uses_stale and (
         k != 0
@@ -200,7 +227,10 @@ class StaleSource:
             "is_cut_fraction": (units > config.correction_cap).float().mean().item(),
         }
         if config.off_policy_correction in ("tis", "mis"):
-            weights = corrected_weights(raw, config.off_policy_correction, config.correction_cap)
+            low = getattr(config, "correction_cap_low", None)
+            weights = corrected_weights(
+                raw, config.off_policy_correction, config.correction_cap, low
+            )
             rollout.loss_weights = weights
         if config.off_policy_correction == "none":
             return behaviour

@@ -45,6 +45,8 @@ class Rollout:
       (None when the KL term is off)
     * ``loss_weights`` float[batch, trial, pos] or None: per-token weights an off-policy
       correction (TIS / MIS, ``offpolicy``) multiplies into the per-token loss; None = 1
+    * ``token_entropy`` float[batch, trial, pos] or None: the sampling policy's entropy per
+      slot, stored by the loop only for ``TrainConfig.top_entropy_quantile`` < 1
     * ``metrics`` dict: extra step metrics the rollout source or filter reports (e.g. ESS)
     * ``resample`` a ``Resampler`` or None: draws more groups for a batch filter
     """
@@ -59,6 +61,7 @@ class Rollout:
     loss_weights: torch.Tensor | None = None
     metrics: dict = field(default_factory=dict)
     resample: object = None
+    token_entropy: torch.Tensor | None = None
 
     @property
     def num_responses(self) -> int:

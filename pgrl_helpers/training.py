@@ -36,7 +36,7 @@ from .advantages import build_estimator
 from .config import MODEL_NAMES, PROMPT_SOURCES, TASKS, TrainConfig, config_fields
 from .history import EVAL_KEYS, METRICS, STEP_KEYS, History, history_columns
 from .infra import PhaseClock
-from .kl import kl_per_response
+from .kl import build_kl_controller, kl_per_response
 from .losses import POLICY_OBJECTIVES, clip_fraction, compute_ratio
 from .masking import aggregate_loss
 from .policy import check_policy_fits
@@ -110,6 +110,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
     estimator = build_estimator(config.advantage_estimator, policy, config)
     history.advantage_estimator = estimator
     objective = POLICY_OBJECTIVES[config.importance_sampling_level]
+    kl_coef = build_kl_controller(config)  # beta: fixed, or adapted to config.kl_target
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
     prompt_generator = torch.Generator().manual_seed(config.seed)
     sample_generator = torch.Generator().manual_seed(config.seed + 1_000_003)
@@ -153,6 +154,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
                 rollout.ref_log_probs = history.ref_model.log_probs(
                     rollout.prompts, rollout.responses
                 )
+            rollout.token_entropy = _token_entropy_if_needed(policy, rollout, config)
         rollout.deltas = estimator(rollout, config)  # [batch, trial] or [batch, trial, pos]
         clock.lap("log_probs")
 
@@ -170,7 +172,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
                 kl = kl_per_response(
                     log_probs, rollout.ref_log_probs, config.kl_estimator, rollout.mask
                 )
-                loss = loss + config.kl_loss_coef * kl
+                loss = loss + kl_coef.penalty(kl, rollout.num_responses)  # beta x KL
             with torch.set_grad_enabled(config.entropy_coef > 0):
                 entropy = policy.mean_entropy(rollout.prompts, rollout.responses, rollout.mask)
             if config.entropy_coef > 0:
@@ -231,6 +233,13 @@ def _step_record(config, rollout: Rollout, log_probs, loss, kl, entropy, grad_no
             "response_length": rollout.mask.sum(dim=-1).mean().item(),
             "frac_reward_zero_std": frac_reward_zero_std(rollout.rewards),
         } | rollout.metrics
+
+
+def _token_entropy_if_needed(policy, rollout: Rollout, config: TrainConfig):
+    """Per-slot entropy float[batch, trial, pos] for the high-entropy-token mask, else None."""
+    if config.top_entropy_quantile < 1:
+        return policy.token_entropy(rollout.prompts, rollout.responses)
+    return None
 
 
 def _reuses_step_log_probs(config: TrainConfig, source) -> bool:
