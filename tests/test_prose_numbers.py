@@ -20,7 +20,8 @@ What is not a measurement and is never checked (rules applied to the markdown be
 1. Link targets ``[text](target)``, bare URLs and HTML tags.
 2. Numbers glued to a letter or underscore in front or behind (identifiers and names: ``k3``,
    ``float32``, ``lecture_17.py``, ``x_1``, ``11_modern_objectives``, ``0.5B``) or followed by an
-   ordinal suffix (``1st``, ``3rd``). A trailing ``x``/``×`` (ratio) or ``%`` is kept.
+   ordinal suffix (``1st``, ``3rd``), and bit widths (``16-bit``). A trailing ``x``/``×`` (ratio)
+   or ``%`` is kept.
 3. Notebook numbers: any integer written with a leading zero (``07``), the integer(s) after
    "notebook(s)", "nb", "lecture", "part" (``notebook 7``, ``notebooks 10 and 11``), and a bare
    integer NN on a line that links ``NN_*.ipynb`` (the series table).
@@ -36,6 +37,10 @@ What is not a measurement and is never checked (rules applied to the markdown be
 7. Integers from 0 to 10 (ordinary words in running text, list indices, small sizes; notebooks
    print the measured ones anyway). Larger integers and every decimal are checked.
 8. Numbers inside fenced code blocks in markdown are still checked (they are quoted code).
+
+Limits: the guard checks that a quoted number *appears* in the notebook's code or outputs, not that
+it is the right one; a short number ("0.5", "35") is matched by any output that rounds to it. It
+catches numbers from memory, stale numbers after a re-run and numbers no cell computes.
 """
 
 from __future__ import annotations
@@ -91,6 +96,7 @@ _LIST_MARKER = re.compile(r"(?m)^(\s*)\d+[.)]\s")
 
 
 _DOI = re.compile(r"\b10\.\d{4,}/\S+")
+_BIT_WIDTH = re.compile(r"\b\d+-bit\b")
 _YEAR_RANGE = re.compile(r"\b(?:19|20)\d\d\s*[-–]\s*\d\d\b")
 _NOTEBOOK_LINK = re.compile(r"\((\d\d)_[\w-]+\.ipynb[^)]*\)")
 
@@ -115,6 +121,7 @@ def _clean_markdown(text: str) -> str:
     text = text.replace("{,}", ",")
     text = "\n".join(_drop_linked_notebook_numbers(line) for line in text.split("\n"))
     text = _DOI.sub(" ", text)
+    text = _BIT_WIDTH.sub(" ", text)
     text = _YEAR_RANGE.sub(" ", text)
     text = _LINK_TARGET.sub("]", text)
     text = _URL.sub(" ", text)
@@ -366,6 +373,7 @@ def test_matching_rules(prose, output, backed):
         "As TRL 1.16 and torch 2.6 compute it; see `lecture_17.py`, k3 and float32.",
         "## 3. A heading\n\n1. first\n2. second\n\nThe two runs, three seeds, G = 8.",
         "The 1st and 3rd groups. Notebook 12 and nb 05.",
+        "Weights in 16-bit precision, 32-bit Adam moments.",
     ],
 )
 def test_non_measurements_are_not_flagged(prose):
