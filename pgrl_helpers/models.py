@@ -29,6 +29,11 @@ class LectureModel(PositionalPolicy, nn.Module):
       -> encoded = sum_pos E[pos] @ W_enc[pos]        [batch, dim]
       -> decoded[out_pos] = encoded @ W_dec[out_pos]  [batch, out_pos, dim]
       -> logits = decoded @ embedding.T               [batch, out_pos, vocab]
+
+    Initial scale: ``nn.Embedding`` draws N(0, 1) entries and the same table is the (tied)
+    output layer, while the encoder and decoder weights are N(0, 1/dim); a logit then sums
+    dim * prompt_length unit-variance products, so its std is about sqrt(dim * prompt_length)
+    and the untrained policy is nearly deterministic (notebook 01 measures both).
     """
 
     def __init__(
