@@ -14,6 +14,7 @@ from pgrl_helpers.losses import compute_per_token_loss, sequence_log_ratio
 from pgrl_helpers.masking import aggregate_loss, masked_mean
 from pgrl_helpers.offpolicy import corrected_weights, effective_sample_size, importance_weights
 from pgrl_helpers.passk import pass_at_k
+from pgrl_helpers.tool_task import GRADER_SLOT, tool_mask
 
 
 def stub(*args, **kwargs):
@@ -113,9 +114,10 @@ def test_masked_mean_mistakes():
     assert_fails(check, lambda t, m, dim=None: t.mean() if dim is None else t.mean(dim), "padding")
     zeroed = lambda t, m, dim=None: (t * m).mean() if dim is None else (t * m).mean(dim)  # noqa: E731
     assert_fails(check, zeroed, "averaged over padding", "mask.sum()")
-    per_seq = lambda t, m, dim=None: (
-        masked_mean(t, m, -1).mean() if dim is None else masked_mean(t, m, dim)
-    )  # noqa: E731, E501
+
+    def per_seq(t, m, dim=None):
+        return masked_mean(t, m, -1).mean() if dim is None else masked_mean(t, m, dim)
+
     assert_fails(check, per_seq, "per-sequence instead of per-token")
     summed = lambda t, m, dim=None: (t * m).sum() if dim is None else (t * m).sum(dim)  # noqa: E731
     assert_fails(check, summed, "masked sum")
@@ -329,3 +331,36 @@ def test_mean_pass_at_k_mistakes():
     assert_fails(check, from_mean_count, "mean count")
     assert_fails(check, biased, "biased")
     assert_fails(check, lambda correct, k: correct.any(1).float().mean(), "pass@n")
+
+
+# --------------------------------------------------------------------------------------------
+# Multi-turn masks (assignment 10)
+# --------------------------------------------------------------------------------------------
+
+
+def _multi_turn_variant(kind):
+    def loss(log_probs, deltas):
+        mask = tool_mask(tuple(deltas.shape), mask_tool_tokens=kind != "leak").bool()
+        if kind == "grader_leaks":
+            mask[..., GRADER_SLOT] = True
+        per_token = -deltas[:, :, None] * log_probs
+        zeroed = torch.where(mask, per_token, torch.zeros_like(per_token))
+        if kind == "all_slots":
+            return zeroed.sum() / per_token.numel()
+        if kind == "sign":
+            return -zeroed.sum() / mask.sum()
+        return zeroed.sum() / mask.sum()
+
+    return loss
+
+
+def test_multi_turn_loss_reference_and_mistakes():
+    check = checks.check_multi_turn_loss
+    for seed in (0, 1):
+        assert outcome(check, _multi_turn_variant("correct"), seed).passed
+    assert outcome(check, stub).status == checks.TODO
+    assert_fails(check, _multi_turn_variant("leak"), "tool token leaks", "2 (written by the tool)")
+    assert_fails(check, _multi_turn_variant("grader_leaks"), "5 (written by the grader)")
+    assert_fails(check, _multi_turn_variant("all_slots"), "still in the count")
+    assert_fails(check, _multi_turn_variant("sign"), "wrong sign")
+    assert_fails(check, lambda lp, d: (-d[:, :, None] * lp).mean().detach(), "no gradient")

@@ -21,7 +21,8 @@ baselines), ``losses`` (the inner loop's freeze bug, the clipped loss), ``kl`` (
 ``training`` (a configuration that reaches the held-out target), ``masks`` (masked mean, the
 three loss aggregations), ``gae`` (TD errors, GAE), ``objectives`` (GSPO's sequence ratio,
 CISPO's loss), ``offpolicy`` (truncated importance weights, effective sample size),
-``passk`` (unbiased pass@k), ``capstone`` (three broken runs to diagnose and fix); ``_core``
+``passk`` (unbiased pass@k), ``multiturn`` (a tool's tokens kept out of the loss),
+``capstone`` (three broken runs to diagnose and fix); ``_core``
 holds what they share.
 """
 
@@ -74,6 +75,9 @@ from .losses import (  # noqa: F401
 from .masks import (  # noqa: F401
     check_aggregate_loss,
     check_masked_mean,
+)
+from .multiturn import (  # noqa: F401
+    check_multi_turn_loss,
 )
 from .objectives import (  # noqa: F401
     check_cispo_loss,
