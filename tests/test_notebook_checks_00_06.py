@@ -190,3 +190,22 @@ def test_nb05_small_beta_exact_sort_gain_is_within_seed_noise(kl_beta):
         [r["heldout_exact_sort"] for r in by_beta[0.0]],
     )
     assert result["verdict"] == "within seed noise"
+
+
+def test_group_normalized_baseline_needs_two_samples_and_matches_sampling():
+    from pgrl_helpers.advantages import compute_deltas
+    from pgrl_helpers.exact import group_estimate_moments
+
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(4, generator=g, dtype=torch.float64), -1)
+    scores = torch.randn(4, 3, generator=g, dtype=torch.float64)
+    rewards = torch.tensor([0.0, 1.0, 1.0, 3.0], dtype=torch.float64)
+    with pytest.raises(ValueError, match="group_size >= 2"):
+        group_estimate_moments(probs, scores, rewards, 1, "group_normalized")
+    mean, _ = group_estimate_moments(probs, scores, rewards, 2, "group_normalized")
+    # Monte Carlo with the same normalised deltas agrees with the exact mean.
+    draws = torch.multinomial(probs, 200_000 * 2, replacement=True, generator=g).reshape(-1, 2)
+    deltas = compute_deltas(rewards[draws], "normalized_rewards")  # [n, 2]
+    estimates = (scores[draws] * deltas[..., None]).mean(dim=1)  # [n, 3]
+    se = estimates.std(dim=0) / estimates.shape[0] ** 0.5
+    assert ((estimates.mean(dim=0) - mean).abs() < 5 * se).all()
