@@ -52,7 +52,7 @@ def nb02_errors():
     right, exact = _predicted_constant(model, prompts, reward, lambda t: t.sum() / len(t) ** 2)
     # The planted bug: average the prompts' variances with 1/B instead of 1/B^2 (off by sqrt 3).
     planted, _ = _predicted_constant(model, prompts, reward, lambda t: t.sum() / len(t))
-    counts = [300, 3_000, 30_000]
+    counts = [300, 3_000, 10_000]
     measured = []
     for n in counts:
         errors = torch.stack(
