@@ -352,6 +352,46 @@ def _cache(out):
 
 
 @torch.no_grad()
+def sample_completions(
+    model, tokenizer, numbers, n: int, generator, temperature: float = 1.0, max_new_tokens: int = 8
+) -> dict:
+    """``n`` completions of one prompt by plain sampling at ``temperature`` (no top-k/top-p)
+    with the model's KV cache. Returns 'tokens' (list of n id lists, each cut after its EOS),
+    'length' (mean tokens per completion) and 'entropy' (mean per-token entropy in nats)."""
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    if not (isinstance(temperature, (int, float)) and temperature > 0):
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    eos = tokenizer.eos_token_id
+    ids = torch.tensor([prompt_ids(tokenizer, numbers)] * n)
+    out = model(input_ids=ids, use_cache=True)
+    past, logits = _cache(out), out.logits[:, -1]
+    done = torch.zeros(n, dtype=torch.bool)
+    tokens = []
+    length = torch.zeros(n)
+    ent_sum, ent_count = 0.0, 0
+    for _ in range(max_new_tokens):
+        logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+        ent = -(logp.exp() * logp).sum(-1)
+        ent_sum += float(ent[~done].sum())
+        ent_count += int((~done).sum())
+        nxt = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
+        nxt = torch.where(done, torch.full_like(nxt, tokenizer.pad_token_id), nxt)
+        tokens.append(nxt)
+        length += (~done).float()
+        done = done | (nxt == eos)
+        if bool(done.all()):
+            break
+        out = model(input_ids=nxt[:, None], cache=past, use_cache=True)
+        past, logits = _cache(out), out.logits[:, -1]
+    seqs = [s[: s.index(eos) + 1] if eos in s else s for s in torch.stack(tokens, 1).tolist()]
+    return {
+        "tokens": seqs,
+        "length": float(length.mean()),
+        "entropy": ent_sum / max(ent_count, 1),
+    }
+
+
 def count_correct(
     model,
     tokenizer,
@@ -361,16 +401,12 @@ def count_correct(
     temperature: float = 1.0,
     max_new_tokens: int = 8,
 ) -> dict:
-    """Sample ``n`` completions (plain sampling at ``temperature``, no top-k/top-p) for one
-    ordering of each multiset; return per-problem counts of correct ones ``c`` [problems],
-    the mean completion length in tokens and the mean per-token entropy (nats) of the sampler.
+    """Sample ``n`` completions for one random ordering of each multiset; return per-problem
+    counts of correct ones 'c' [problems], 'n', the mean completion length in tokens and the
+    mean per-token entropy (nats) of the sampler.
 
     A completion is correct when it ends its turn (EOS) within ``max_new_tokens`` and names
     exactly the sorted list."""
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
-    if not (isinstance(temperature, (int, float)) and temperature > 0):
-        raise ValueError(f"temperature must be > 0, got {temperature!r}")
     rng = random.Random(seed)
     gen = torch.Generator().manual_seed(seed)
     eos = tokenizer.eos_token_id
@@ -378,37 +414,18 @@ def count_correct(
     model.eval()
     for multiset in multisets:
         numbers = order(multiset, rng)
-        ids = torch.tensor([prompt_ids(tokenizer, numbers)] * n)
-        out = model(input_ids=ids, use_cache=True)
-        past, logits = _cache(out), out.logits[:, -1]
-        done = torch.zeros(n, dtype=torch.bool)
-        tokens = []
-        length = torch.zeros(n)
-        ent_sum, ent_count = 0.0, 0
-        for _ in range(max_new_tokens):
-            logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-            ent = -(logp.exp() * logp).sum(-1)
-            ent_sum += float(ent[~done].sum())
-            ent_count += int((~done).sum())
-            nxt = torch.multinomial(logp.exp(), 1, generator=gen).squeeze(1)
-            nxt = torch.where(done, torch.full_like(nxt, tokenizer.pad_token_id), nxt)
-            tokens.append(nxt)
-            length += (~done).float()
-            done = done | (nxt == eos)
-            if bool(done.all()):
-                break
-            out = model(input_ids=nxt[:, None], cache=past, use_cache=True)
-            past, logits = _cache(out), out.logits[:, -1]
-        seqs = torch.stack(tokens, 1).tolist()
+        r = sample_completions(model, tokenizer, numbers, n, gen, temperature, max_new_tokens)
         target = list(key(numbers))
         c = 0
-        for seq in seqs:
-            if eos in seq:
-                words = tokenizer.convert_ids_to_tokens(seq[: seq.index(eos)])
+        for seq in r["tokens"]:
+            if seq and seq[-1] == eos:
+                words = tokenizer.convert_ids_to_tokens(seq[:-1])
                 c += parse_answer(" ".join(words)) == target
         counts.append(c)
-        lengths.append(float(length.mean()))
-        entropies.append(ent_sum / max(ent_count, 1))
+        lengths.append(r["length"])
+        entropies.append(r["entropy"])
+    if not counts:
+        raise ValueError("multisets must hold at least one problem")
     return {
         "c": counts,
         "n": n,
