@@ -60,11 +60,28 @@ MOVE_REL = 0.1
 FLAT_REL = 0.05
 #: Loss "near zero": median |loss| <= LOSS_ZERO_REL x the reward's change over the run.
 LOSS_ZERO_REL = 0.05
-#: Reward hacking needs the held-out proxy reward to gain >= PROXY_GAIN_REL x its max |value|
-#: over the run and then to plateau (second half gains < FLAT_REL x max |value|): the
-#: optimiser is done with the proxy while the goal is not reached. (A run that is merely slow
-#: still gains proxy reward in its second half.)
+#: Reward hacking (the proxy branch) needs the held-out proxy reward to gain >=
+#: PROXY_GAIN_REL x its max |value| over the run and, when the reward's maximum is known
+#: (``reward_max``, or the history's config with a built-in reward), to end at >=
+#: HACK_PROXY_FRAC of that maximum while held-out exact-sort ends at least HACK_GAP below
+#: that fraction: most held-out answers score (nearly) the maximum without being sorted.
+#: Without a known maximum: the old rule, the proxy gains and then plateaus (second half gains
+#: < FLAT_REL x max |value|) while exact-sort stalls. HACK_PROXY_FRAC and HACK_GAP were
+#: chosen on the tuning seeds (0-9) of benchmarks/bench_detectors.py, never on the seeds it
+#: reports: there the loophole runs ended with a gap of 0.58 or more and the healthy and fixed
+#: runs with 0.52 or less (HACK_GAP is the midpoint), and every loophole run ended at >= 0.85 of
+#: the maximum.
 PROXY_GAIN_REL = 0.25
+HACK_PROXY_FRAC = 0.8
+HACK_GAP = 0.55
+#: Plateau: the mean reward of the last quarter of the epochs gains at most PLATEAU_GAIN_REL x
+#: max |reward| over the quarter before it, while the goal (held-out exact-sort, and train
+#: exact-sort when logged) never reached PLATEAU_GOAL. Needs PLATEAU_MIN_EPOCHS epochs.
+#: PLATEAU_GAIN_REL is the midpoint between the largest gain of the stuck lecture runs (0.057)
+#: and the smallest of the healthy runs (0.122) on the tuning seeds of bench_detectors.py.
+PLATEAU_GAIN_REL = 0.09
+PLATEAU_GOAL = 0.5
+PLATEAU_MIN_EPOCHS = 8
 #: Held-out exact-sort stalls when the second half of the evals gains at most this much.
 EXACT_STALL = 0.05
 #: Held-out exact-sort at which a run counts as solved (no stall findings after that).
@@ -235,10 +252,32 @@ def _exact_progress(evals: list[dict]) -> dict | None:
 # --------------------------------------------------------------------------------------
 
 
-def diagnose(history) -> list[Finding]:
+def _reward_max(history, reward_max: float | None) -> float | None:
+    """The reward's maximum: ``reward_max`` if given, else from the history's config (a
+    built-in reward of ``sort_task``), else None."""
+    if reward_max is not None:
+        if not isinstance(reward_max, (int, float)) or not math.isfinite(reward_max):
+            raise ValueError(f"reward_max must be a finite number or None, got {reward_max!r}")
+        if reward_max <= 0:
+            raise ValueError(f"reward_max must be > 0, got {reward_max!r}")
+        return float(reward_max)
+    config = getattr(history, "config", None)
+    if config is None or getattr(config, "task", "sort") != "sort":
+        return None
+    from .sort_task import max_reward
+
+    try:
+        return max_reward(config.reward_fn, config.prompt_length)
+    except ValueError:
+        return None
+
+
+def diagnose(history, reward_max: float | None = None) -> list[Finding]:
     """Findings for one run's history (a list of 'step'/'eval' records), root causes first.
 
-    Raises TypeError/ValueError naming the problem for an empty or malformed history.
+    ``reward_max``: the reward's largest value (default: read from ``history.config`` when
+    the run used a built-in sort reward); reward hacking uses it. Raises TypeError/ValueError
+    naming the problem for an empty or malformed history or a bad ``reward_max``.
     """
     steps, evals = _split(history)
     epochs, reward = _per_epoch(steps, "mean_reward")
@@ -252,10 +291,12 @@ def diagnose(history) -> list[Finding]:
         "reward_moves": reward_move >= MOVE_REL * _scale(reward),
         "reward_move": reward_move,
         "exact": _exact_progress(evals),
+        "reward_max": _reward_max(history, reward_max),
     }
     findings = []
     for rule in (_zero_gradient, _tied_fraction, _reward_hacking, _entropy_collapse,
-                 _kl_blowup, _clip, _length_drift, _grad_spike, _loss_near_zero):  # fmt: skip
+                 _kl_blowup, _clip, _length_drift, _grad_spike, _plateau,
+                 _loss_near_zero):  # fmt: skip
         findings += rule(ctx)
     return findings
 
@@ -319,12 +360,13 @@ def _tied_fraction(ctx) -> list[Finding]:
 def _reward_hacking(ctx) -> list[Finding]:
     """Train exact up (memorisation) or held-out proxy up, while held-out exact stalls."""
     exact = ctx["exact"]
-    if exact is None or exact["best"] >= SOLVED or not exact["stalled"]:
+    if exact is None or exact["best"] >= SOLVED:
         return []
     evals = [r for r in ctx["evals"] if r["heldout_exact_sort"] is not None]
     exact_ev = Evidence("heldout_exact_sort", *_pick(exact["epochs"], exact["exact"]))
     train = [r.get("train_exact_sort") for r in evals]
-    if None not in train and train[-1] - train[0] >= MEMO_TRAIN_GAIN:
+    memorised = None not in train and train[-1] - train[0] >= MEMO_TRAIN_GAIN
+    if memorised and exact["stalled"]:
         detail = (
             f"train exact-sort {train[0]:.0%} -> {train[-1]:.0%} while held-out exact-sort "
             f"stays at {exact['exact'][-1]:.1%}: memorisation of the training prompts"
@@ -334,16 +376,29 @@ def _reward_hacking(ctx) -> list[Finding]:
     proxy = [r["heldout_mean_reward"] for r in evals if r["heldout_mean_reward"] is not None]
     if len(proxy) < len(evals):
         return []
-    half = len(proxy) // 2
-    gained = proxy[-1] - proxy[0] >= PROXY_GAIN_REL * _scale(proxy)
-    plateau = max(proxy[half:]) - proxy[half] < FLAT_REL * _scale(proxy)
-    if not (gained and plateau):
+    gain = (proxy[-1] - proxy[0]) / _scale(proxy)
+    if gain < PROXY_GAIN_REL:
         return []
-    detail = (
-        f"held-out mean reward {proxy[0]:.3g} -> {proxy[-1]:.3g} while held-out "
-        f"exact-sort stalls at {exact['exact'][-1]:.1%} (best {exact['best']:.1%}): "
-        "the proxy rises on unseen prompts too, the goal does not"
-    )
+    top = ctx["reward_max"]
+    if top is not None:
+        frac = proxy[-1] / top
+        if frac < HACK_PROXY_FRAC or exact["exact"][-1] > frac - HACK_GAP:
+            return []
+        detail = (
+            f"held-out mean reward {proxy[0]:.3g} -> {proxy[-1]:.3g} ({frac:.0%} of its "
+            f"maximum {top:g}) while held-out exact-sort ends at {exact['exact'][-1]:.1%} "
+            f"(best {exact['best']:.1%}): unseen prompts score near the maximum without "
+            "being sorted"
+        )
+    else:
+        half = len(proxy) // 2
+        if not exact["stalled"] or max(proxy[half:]) - proxy[half] >= FLAT_REL * _scale(proxy):
+            return []
+        detail = (
+            f"held-out mean reward {proxy[0]:.3g} -> {proxy[-1]:.3g} while held-out "
+            f"exact-sort stalls at {exact['exact'][-1]:.1%} (best {exact['best']:.1%}): "
+            "the proxy rises on unseen prompts too, the goal does not"
+        )
     proxy_ev = Evidence("heldout_mean_reward", *_pick(exact["epochs"], proxy))
     return [_finding("reward_hacking", detail, proxy_ev, exact_ev)]
 
@@ -379,9 +434,13 @@ def _kl_blowup(ctx) -> list[Finding]:
     _, late = _early_late([v for _, v in per_token])
     if late <= KL_PER_TOKEN_MAX:
         return []
-    epochs, kl = _per_epoch(ctx["steps"], "kl")
-    detail = f"late KL {late:.3g} nats per token > {KL_PER_TOKEN_MAX}"
-    return [_finding("kl_blowup", detail, _ev("kl", epochs, kl))]
+    sums: dict[int, list[float]] = {}
+    for epoch, value in per_token:
+        sums.setdefault(epoch, []).append(value)
+    epochs = sorted(sums)
+    kl = [statistics.fmean(sums[e]) for e in epochs]
+    detail = f"late KL {late:.3g} nats per token > {KL_PER_TOKEN_MAX} nats per token"
+    return [_finding("kl_blowup", detail, _ev("kl per token (nats)", epochs, kl))]
 
 
 def _clip(ctx) -> list[Finding]:
@@ -427,6 +486,36 @@ def _grad_spike(ctx) -> list[Finding]:
     at = tuple(steps[i]["step"] for i in top)
     spikes = Evidence("grad_norm (the 5 largest)", at, tuple(grad[i] for i in top), "step")
     return [_finding("grad_spike", detail, spikes)]
+
+
+def _plateau(ctx) -> list[Finding]:
+    """The reward stopped improving and the goal was never reached (whatever the cause)."""
+    reward = ctx["reward"]
+    if len(reward) < PLATEAU_MIN_EPOCHS or ctx.get("zero_gradient"):
+        return []  # a zero gradient has its own finding
+    q = len(reward) // 4
+    before, last = statistics.fmean(reward[-2 * q : -q]), statistics.fmean(reward[-q:])
+    gain = (last - before) / _scale(reward)
+    if gain > PLATEAU_GAIN_REL:
+        return []
+    evals = ctx["evals"]
+    goals = {
+        key: [r[key] for r in evals if r.get(key) is not None]
+        for key in ("heldout_exact_sort", "train_exact_sort")
+    }
+    goals = {k: v for k, v in goals.items() if v}
+    if not goals or any(max(v) >= PLATEAU_GOAL for v in goals.values()):
+        return []
+    reached = ", ".join(f"{k} at most {max(v):.1%}" for k, v in goals.items())
+    detail = (
+        f"mean reward over the last {q} epochs {last:.3g} vs {before:.3g} over the {q} before "
+        f"({gain:+.1%} of its largest |value|) while {reached} (goal {PLATEAU_GOAL:.0%})"
+    )
+    evidence = [_ev("mean_reward", ctx["epochs"], reward)]
+    for key, values in goals.items():
+        epochs = [r["epoch"] for r in evals if r.get(key) is not None]
+        evidence.append(_ev(key, epochs, values))
+    return [_finding("plateau", detail, *evidence)]
 
 
 def _loss_near_zero(ctx) -> list[Finding]:

@@ -43,6 +43,15 @@ CATALOGUE: dict[str, tuple[str, str, str, str]] = {
         "sort_distance_reward); train on fresh prompts; always log a true metric",
         "heldout_exact_sort next to heldout_mean_reward / TRL rewards/<fn>/mean per reward",
     ),
+    "plateau": (
+        "the reward stopped improving and the goal was never reached: the run is stuck",
+        "a policy that cannot explore (near-deterministic start, entropy collapse), a reward "
+        "whose easy part is learned while the rest gives no signal, a model that cannot "
+        "represent the task, a learning rate too small",
+        "check the other findings for the cause; raise the start's entropy (smaller initial "
+        "logits), a partial-credit reward, centred or normalised deltas, a larger model",
+        "mean_reward next to heldout_exact_sort / TRL reward and an accuracy reward",
+    ),
     "entropy_collapse": (
         "entropy collapsed before the task was solved: the policy stopped exploring",
         "learning rate too high, too many steps per batch, no entropy control",
@@ -58,7 +67,7 @@ CATALOGUE: dict[str, tuple[str, str, str, str]] = {
         "kl / TRL kl",
     ),
     "clip_high": (
-        "clip fraction near 1: most tokens' gradients are cut off",
+        "clip fraction above 0.3 (CLIP_HIGH): many tokens' gradients are cut off",
         "epsilon too small (the lecture's 0.01), learning rate too high or too many steps "
         "per batch",
         "epsilon 0.2 (PPO/GRPO default), lower learning_rate or fewer inner steps",
@@ -96,3 +105,128 @@ def catalogue_table() -> str:
     for name, (symptom, causes, fixes, watch) in CATALOGUE.items():
         rows.append(f"| `{name}` | {symptom} | {causes} | {fixes} | {watch} |")
     return "\n".join(rows)
+
+
+# --------------------------------------------------------------------------------------
+# Planted causes: one small run per finding (notebook 13, benchmarks/bench_detectors.py)
+# --------------------------------------------------------------------------------------
+
+
+def exact_sort_reward(prompts, responses):
+    """1 for the exactly sorted response, else 0: float[batch, trial] (a sparse reward)."""
+    from .sort_task import exact_sort
+
+    return exact_sort(prompts, responses).float()
+
+
+exact_sort_reward.vectorized = True
+
+
+def flaky_reward(prompts, responses):
+    """``sort_distance_reward``, except about 1 response in 1000 scores 1000 (a reward server
+    returning an error code as a number): float[batch, trial]. Needs prompt length 4."""
+    import torch
+
+    from .sort_task import sort_distance_reward_batch
+
+    rewards = sort_distance_reward_batch(prompts, responses)
+    weights = torch.tensor([7, 31, 131, 521])
+    code = (responses.long() * weights).sum(-1) + (prompts.long() * weights.flip(0)).sum(-1)[
+        :, None
+    ]
+    return torch.where(code % 997 == 0, torch.full_like(rewards, 1000.0), rewards)
+
+
+flaky_reward.vectorized = True
+
+
+def wrong_answer_penalty(prompts, responses, eos):
+    """0 for the exact answer of the sort-dedup task, -1 for anything else, whatever its
+    length: float[batch, trial] (a reward with no preferred length)."""
+    from .dedup_task import dedup_exact_reward
+
+    return dedup_exact_reward(prompts, responses, eos) - 1.0
+
+
+#: Epochs of the short runs (the reward-hacking runs train twice as long).
+EPOCHS = 20
+
+
+def healthy_config(seed: int = 0):
+    """The healthy run every planted cause changes one thing of: a 2-layer SortTransformer on
+    random length-4 prompts, values 0-5, G 8, 32 prompts x 2 steps per epoch, 20 epochs."""
+    from .training import TrainConfig
+
+    return TrainConfig(
+        model="transformer", prompt_source="random", prompt_length=4, vocab_size=6,
+        embedding_dim=32, num_layers=2, num_heads=4, prompts_per_epoch=32, num_responses=8,
+        num_epochs=EPOCHS, num_steps_per_epoch=2, learning_rate=3e-3, eval_every=5,
+        num_eval_prompts=30, reward_fn="sort_distance_reward", loss_mode="clipped",
+        deltas_mode="centered_rewards", seed=seed,
+    )  # fmt: skip
+
+
+def _length_probe(seed: int, aggregation: str):
+    from .training import TrainConfig
+
+    return TrainConfig(
+        model="autoregressive", task="sort_dedup", prompt_source="random", prompt_length=4,
+        vocab_size=6, max_response_length=10, embedding_dim=32, num_layers=2, num_heads=4,
+        reward_fn=wrong_answer_penalty, deltas_mode="rewards", loss_mode="clipped",
+        entropy_coef=0.05, num_responses=8, prompts_per_epoch=16, num_epochs=8,
+        num_steps_per_epoch=2, learning_rate=3e-3, eval_every=4, num_eval_prompts=10,
+        loss_aggregation=aggregation, seed=seed,
+    )  # fmt: skip
+
+
+def planted_run(name: str, seed: int = 0):
+    """(planted config, fixed config) for finding ``name``: the planted cause and the fix,
+    both at ``seed``. For 'loss_near_zero' (an info note) the 'planted' run is the healthy
+    run (centred deltas) and the control has raw rewards and the naive loss. For 'plateau'
+    the planted run is the lecture's setup with raw rewards (notebook 07: stuck at about 3 of
+    5 with nothing sorted) and the control is the healthy run."""
+    from dataclasses import replace as R
+
+    from .training import TrainConfig
+
+    if name not in PLANTED:
+        raise ValueError(f"name must be one of {sorted(PLANTED)}, got {name!r}")
+    h = healthy_config(seed)
+    hard = R(h, prompt_length=6, vocab_size=10, num_eval_prompts=100)
+    long = R(h, num_epochs=2 * EPOCHS)
+    pairs = {
+        "loss_near_zero": (h, R(h, deltas_mode="rewards", loss_mode="naive")),
+        "frozen_ratio": (R(h, detach_old_log_probs=False), h),
+        "tied_groups": (R(hard, reward_fn=exact_sort_reward), hard),
+        "reward_hacking": (R(long, reward_fn="sort_inclusion_ordering_reward"), long),
+        "entropy_collapse": (R(h, learning_rate=1e-1), h),
+        "kl_blowup": (
+            R(h, kl_penalty=0.01, compute_ref_model_period=1000),
+            R(h, kl_penalty=0.1, compute_ref_model_period=1000),
+        ),
+        "clip_high": (R(h, epsilon=0.01), h),
+        "clip_zero": (R(h, learning_rate=1e-4), h),
+        "length_drift": (_length_probe(seed, "sequence_mean"), _length_probe(seed, "token_mean")),
+        "grad_spike": (
+            R(h, reward_fn=flaky_reward),
+            R(h, reward_fn=flaky_reward, deltas_mode="normalized_rewards"),
+        ),
+        "plateau": (TrainConfig(num_epochs=30, deltas_mode="rewards", seed=seed), h),
+    }
+    return pairs[name]
+
+
+#: The planted cause of each finding, in words (``planted_run`` builds the configs).
+PLANTED: dict[str, str] = {
+    "loss_near_zero": "the healthy run itself (centred deltas); control: raw rewards, naive loss",
+    "frozen_ratio": "old log-probs computed with gradients (detach_old_log_probs=False)",
+    "tied_groups": "0/1 exact-sort reward on length-6 prompts, values 0-9",
+    "reward_hacking": "the lecture's inclusion+ordering reward (a loophole), 40 epochs",
+    "entropy_collapse": "learning rate 1e-1 (30x the healthy 3e-3): a blow-up, not a drift",
+    "kl_blowup": "beta 0.01 with a reference never refreshed",
+    "clip_high": "epsilon 0.01 (the lecture's hard-coded value)",
+    "clip_zero": "learning rate 1e-4 (30x too small)",
+    "length_drift": "autoregressive policy, penalty-only reward, per-sequence loss mean",
+    "grad_spike": "a reward outlier (1 response in ~1000 scores 1000), centred deltas",
+    "plateau": "the lecture's setup with raw rewards as deltas, 30 epochs",
+}

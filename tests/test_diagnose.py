@@ -81,6 +81,8 @@ PLANTED = {
         R(HEALTHY, reward_fn=flaky_reward, deltas_mode="normalized_rewards", seed=2),
     ),
     "loss_near_zero": (HEALTHY, R(HEALTHY, deltas_mode="rewards", loss_mode="naive")),
+    # the lecture's setup with raw rewards (notebook 07, the dashboard's stuck run)
+    "plateau": (TrainConfig(num_epochs=30, deltas_mode="rewards"), HEALTHY),
 }  # fmt: skip
 
 
@@ -181,7 +183,7 @@ def test_memorisation_of_the_lecture_prompts_in_a_real_run():
     assert found and "memorisation" in found[0].detail, [str(f) for f in diagnose(history)]
     # the proxy-hacking run has no training-prompt metric: it gets the other explanation
     hacked = [f for f in diagnose(run(PLANTED["reward_hacking"][0])) if f.name == "reward_hacking"]
-    assert "memorisation" not in hacked[0].detail and "proxy rises" in hacked[0].detail
+    assert "memorisation" not in hacked[0].detail and "near the maximum" in hacked[0].detail
 
 
 def test_memorisation_is_reported_as_reward_hacking_with_its_own_evidence():
@@ -238,3 +240,43 @@ def test_non_finite_metric_is_named():
     history[0]["train_exact_sort"] = "all"  # an eval record
     with pytest.raises(ValueError, match="record 0: metric 'train_exact_sort'"):
         diagnose(history)
+
+
+def test_the_lecture_stuck_run_is_not_called_healthy():
+    """Issue 29 item 4: 3 of 5 reward and nothing sorted used to get 'no findings'."""
+    history = run(PLANTED["plateau"][0])
+    assert history.evals()[-1]["train_exact_sort"] == 0.0
+    text = dg.format_findings(diagnose(history))
+    assert "looks healthy" not in text and "plateau" in text
+
+
+def clear_hacking_history(reward_max_in_config: bool):
+    """A loophole run as the issue describes it: held-out reward 3.9 -> 6.4 of 7 (still
+    rising at the end), held-out exact-sort ends at 0%."""
+    history = copy.deepcopy(list(run(HEALTHY)))
+    evals = [r for r in history if r["kind"] == "eval"]
+    proxy = [3.9 + (6.4 - 3.9) * k / (len(evals) - 1) for k in range(len(evals))]
+    for r, p in zip(evals, proxy):
+        r["heldout_mean_reward"], r["heldout_exact_sort"] = p, 0.0
+    return history
+
+
+def test_reward_hacking_fires_on_the_clear_case_with_a_known_maximum():
+    history = clear_hacking_history(True)
+    assert "reward_hacking" in names(diagnose(history, reward_max=7))
+    # without the maximum the proxy must plateau first, and it is still rising here
+    assert "reward_hacking" not in names(diagnose(history))
+    # the same numbers on a 4-point reward would be above its maximum: sort_distance is
+    # maximal only when sorted, so 6.4 of 7 is the loophole's signature, not a healthy run's
+    healthy = diagnose(run(HEALTHY), reward_max=4)
+    assert "reward_hacking" not in names(healthy)
+
+
+def test_reward_max_comes_from_the_run_config():
+    hacked = run(PLANTED["reward_hacking"][0])
+    assert hacked.config.reward_fn == "sort_inclusion_ordering_reward"
+    assert names(diagnose(hacked)) == names(diagnose(hacked, reward_max=7))
+    with pytest.raises(ValueError, match="reward_max must be > 0"):
+        diagnose(hacked, reward_max=0)
+    with pytest.raises(ValueError, match="reward_max must be a finite number"):
+        diagnose(hacked, reward_max=math.inf)

@@ -186,7 +186,7 @@ def test_memorisation_at_a_train_gain_of_exactly_03():
     less = steps(8) + evals([0.05, 0.04, 0.0, 0.05], train=[0.0, 0.1, 0.2, 0.29])
     assert "reward_hacking" not in names(less)
     gain = steps(8) + evals([0.05, 0.04, 0.0, 0.05], train=[0.2, 0.3, 0.4, 0.45])
-    assert names(gain) == []  # a gain of 0.25, from a start above 0
+    assert "reward_hacking" not in names(gain)  # a gain of 0.25, from a start above 0
 
 
 def test_stall_is_a_gain_of_at_most_005_over_the_second_half():
@@ -224,7 +224,7 @@ def test_proxy_hacking_gain_and_plateau_bounds():
     assert f.evidence[0] == Evidence("heldout_mean_reward", (0, 1, 2, 3), (0.0, 0.5, 0.98, 1.0))
     # the gain is measured to the last evaluation (0.26 >= 0.25 x 1; to the one before: 0.24)
     late_gain = steps(8) + evals(exact, proxy=[-1.0, -0.8, -0.76, -0.74])
-    assert names(late_gain) == ["reward_hacking"]
+    assert [n for n in names(late_gain) if n != "plateau"] == ["reward_hacking"]
     assert f.evidence[1].metric == "heldout_exact_sort"
     # gain exactly PROXY_GAIN_REL x scale (0.25 x 4 = 1) is enough; 0.99 is not
     assert "reward_hacking" in names(steps(8) + evals(exact, proxy=[3.0, 3.5, 4.0, 4.0]))
@@ -233,9 +233,75 @@ def test_proxy_hacking_gain_and_plateau_bounds():
     assert "reward_hacking" not in names(steps(8) + evals(exact, proxy=[0.0, 10.0, 19.0, 20.0]))
     assert "reward_hacking" in names(steps(8) + evals(exact, proxy=[0.0, 10.0, 19.5, 20.0]))
     # one missing proxy value: no proxy verdict; a missing train value: no memorisation one
-    assert names(steps(8) + evals(exact, proxy=[0.0, None, 1.0, 1.0])) == []
+    assert "reward_hacking" not in names(steps(8) + evals(exact, proxy=[0.0, None, 1.0, 1.0]))
     partial = evals(exact, proxy=[0.0, 0.5, 1.0, 1.0], train=[0.0, None, 0.5, 0.9])
     assert "proxy rises" in only(steps(8) + partial, "reward_hacking").detail
+
+
+def test_proxy_hacking_with_a_known_maximum_at_its_bounds():
+    # proxy 0.3 -> 0.8 of a maximum of 1: gain 0.5/0.8 >= 0.25; frac 0.8 = HACK_PROXY_FRAC
+    gap = round(0.8 - dg.HACK_GAP, 10)  # exact-sort exactly HACK_GAP below the fraction
+    base = steps(8) + evals([0.0, 0.1, 0.2, gap], proxy=[0.3, 0.5, 0.7, 0.8])
+    assert "reward_hacking" not in names(base)  # without a maximum: the proxy must flatten
+    hit = [x for x in diagnose(base, reward_max=1.0) if x.name == "reward_hacking"]
+    assert hit and hit[0].detail == (
+        "held-out mean reward 0.3 -> 0.8 (80% of its maximum 1) while held-out exact-sort ends "
+        f"at {gap:.1%} (best {gap:.1%}): unseen prompts score near the maximum without being "
+        "sorted"
+    )
+    above = steps(8) + evals([0.0, 0.1, 0.2, gap + 0.001], proxy=[0.3, 0.5, 0.7, 0.8])
+    assert "reward_hacking" not in [x.name for x in diagnose(above, reward_max=1.0)]
+    low = steps(8) + evals([0.0, 0.1, 0.2, 0.0], proxy=[0.3, 0.5, 0.7, 0.799])
+    assert "reward_hacking" not in [x.name for x in diagnose(low, reward_max=1.0)]
+    small_gain = steps(8) + evals([0.0, 0.0, 0.0, 0.0], proxy=[0.61, 0.7, 0.75, 0.8])
+    assert "reward_hacking" not in [x.name for x in diagnose(small_gain, reward_max=1.0)]
+    solved = steps(8) + evals([0.0, 0.5, 0.9, 0.0], proxy=[0.3, 0.5, 0.7, 0.8])
+    assert "reward_hacking" not in [x.name for x in diagnose(solved, reward_max=1.0)]
+
+
+def test_reward_max_is_validated():
+    history = steps(8) + evals([0.0, 0.0, 0.0, 0.0])
+    for bad in (0, -1.0, float("nan"), "7"):
+        with pytest.raises(ValueError, match="reward_max must be"):
+            diagnose(history, reward_max=bad)
+
+
+# ---- plateau ------------------------------------------------------------------------------
+
+
+def test_plateau_at_its_gain_goal_and_length_bounds():
+    # 8 epochs: quarters of 2; reward 1 then late gain exactly PLATEAU_GAIN_REL x max |reward|
+    g = dg.PLATEAU_GAIN_REL * 2.0
+    reward = [0.0, 0.5, 1.0, 1.5, 2.0 - g, 2.0 - g, 2.0, 2.0]
+    stuck = evals([0.0, 0.1, dg.PLATEAU_GOAL - 0.01, 0.2], train=[0.0, 0.0, 0.1, 0.1])
+    f = only(steps(8, mean_reward=reward) + stuck, "plateau")
+    assert f.detail.startswith("mean reward over the last 2 epochs 2 vs ")
+    assert (
+        "heldout_exact_sort at most 49.0%" in f.detail
+        and "train_exact_sort at most 10.0%" in f.detail
+    )
+    assert [e.metric for e in f.evidence] == [
+        "mean_reward",
+        "heldout_exact_sort",
+        "train_exact_sort",
+    ]
+    more = [0.0, 0.5, 1.0, 1.5, 2.0 - g - 0.01, 2.0 - g - 0.01, 2.0, 2.0]
+    assert "plateau" not in names(steps(8, mean_reward=more) + stuck)
+    reached = evals([0.0, 0.1, dg.PLATEAU_GOAL, 0.2])
+    assert "plateau" not in names(steps(8, mean_reward=reward) + reached)
+    train_reached = evals([0.0, 0.1, 0.2, 0.2], train=[0.0, 0.2, dg.PLATEAU_GOAL, 0.3])
+    assert "plateau" not in names(steps(8, mean_reward=reward) + train_reached)
+    assert "plateau" not in names(steps(7, mean_reward=reward[:7]) + stuck)
+    assert "plateau" not in names(steps(8, mean_reward=reward))  # no goal metric: no verdict
+
+
+def test_a_zero_gradient_is_not_also_a_plateau():
+    flat = steps(8, mean_reward=0.5, grad_norm=0.0) + evals([0.0, 0.0, 0.0, 0.0])
+    assert (
+        "plateau" not in names(flat)
+        and "frozen_ratio" in names(flat)
+        or "tied_groups" in names(flat)
+    )
 
 
 # ---- entropy collapse -----------------------------------------------------------------
@@ -284,9 +350,11 @@ def test_kl_blowup_per_token_above_05():
     lengths = [4.0] * 18 + [0.0, 0.0]  # empty responses are left out (no division by 0)
     f = only(steps(10, inner=2, kl=kl, response_length=lengths), "kl_blowup")
     # per-token values of the 18 real steps; late = mean of the last 18 // 4 = 4
-    assert f.detail == "late KL 0.688 nats per token > 0.5"
-    assert f.evidence[0].metric == "kl" and f.evidence[0].epochs == (0, 2, 4, 5, 7, 9)
-    assert f.evidence[0].values[-1] == 4.5
+    assert f.detail == "late KL 0.688 nats per token > 0.5 nats per token"
+    # evidence in the same unit: per-epoch means of kl / length, the empty epoch 9 left out
+    assert f.evidence[0].metric == "kl per token (nats)"
+    assert f.evidence[0].epochs == (0, 2, 3, 5, 6, 8)
+    assert f.evidence[0].values == (0.125, 0.625, 0.75, 0.125, 0.5, 0.75)
     at_bound = steps(8, kl=[0.0] * 6 + [2.0] * 2, response_length=4.0)  # 0.5 per token
     assert names(at_bound) == []
     assert names(steps(8, kl=[None] * 6 + [9.0] * 2, response_length=4.0)) == ["kl_blowup"]

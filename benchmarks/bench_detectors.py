@@ -1,0 +1,186 @@
+"""How often ``diagnose()`` names each planted cause, and how often it cries wolf (issue 27 item 6).
+
+For every finding of ``pgrl_helpers.diagnose``: the planted run of ``symptoms.planted_run``
+(one cause changed in a small healthy run) and its fixed run, and the healthy run itself,
+each on every seed. Reported per finding, over ``REPORT_SEEDS``:
+
+* hit rate: seeds whose planted run gets the finding;
+* false alarms on healthy runs: seeds whose healthy run (``symptoms.healthy_config``) gets it;
+* on the fixed run: seeds whose fixed run still gets it.
+
+Thresholds (the module constants of ``diagnose``) were set looking only at ``TUNING_SEEDS``
+(0-9, which include the seeds notebook 13 used to show the detectors before); the reported
+seeds 10-19 were run once, after. Both sets are saved, so the tuning rates can be compared
+with the reported ones. Runs are tiny (about a CPU second each).
+
+    nice -n 10 .venv/bin/python benchmarks/bench_detectors.py --jobs 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+from _common import markdown_table, record_splits, save, setup
+
+from pgrl_helpers import symptoms
+from pgrl_helpers.diagnose import CATALOGUE, diagnose
+from pgrl_helpers.seed_stats import compare_seeds
+
+TUNING_SEEDS = tuple(range(0, 10))
+REPORT_SEEDS = tuple(range(10, 20))
+
+
+def one_run(job: tuple[str, str, int]) -> dict:
+    """(finding, 'planted' | 'fixed' | 'healthy', seed) -> what diagnose said and the goal."""
+    from pgrl_helpers.training import run_policy_gradient
+
+    setup()
+    finding, kind, seed = job
+    if kind == "healthy":
+        config = symptoms.healthy_config(seed)
+    else:
+        planted, fixed = symptoms.planted_run(finding, seed)
+        config = planted if kind == "planted" else fixed
+        if config == symptoms.healthy_config(seed):
+            return {"finding": finding, "kind": kind, "seed": seed, "same_as_healthy": True}
+    start = time.process_time()
+    history = run_policy_gradient(config)
+    evals = history.evals()
+    steps = history.steps()
+    findings = diagnose(history)
+    return {
+        "finding": finding,
+        "kind": kind,
+        "seed": seed,
+        "findings": [f.name for f in findings],
+        "warnings": [f.name for f in findings if f.severity == "warning"],
+        "cpu_seconds": time.process_time() - start,
+        "heldout_exact_first": evals[0]["heldout_exact_sort"],
+        "heldout_exact_final": evals[-1]["heldout_exact_sort"],
+        "heldout_reward_first": evals[0]["heldout_mean_reward"],
+        "heldout_reward_final": evals[-1]["heldout_mean_reward"],
+        "train_exact_final": evals[-1].get("train_exact_sort"),
+        "reward_first_epoch": steps[0]["mean_reward"],
+        "reward_last_step": steps[-1]["mean_reward"],
+        "response_length_first": steps[0]["response_length"],
+        "response_length_last": steps[-1]["response_length"],
+    }
+
+
+def rates(runs: list[dict], seeds: tuple[int, ...]) -> dict:
+    """Per finding: hits on its planted runs, false alarms on healthy and on its fixed runs."""
+    out = {}
+    healthy = [r for r in runs if r["kind"] == "healthy" and r["seed"] in seeds]
+    for name in CATALOGUE:
+        planted = [r for r in runs if r["finding"] == name and r["kind"] == "planted"]
+        fixed = [r for r in runs if r["finding"] == name and r["kind"] == "fixed"]
+        planted = [r for r in planted if r["seed"] in seeds]
+        fixed = [r for r in fixed if r["seed"] in seeds]
+        out[name] = {
+            "hits": sum(name in r["findings"] for r in planted),
+            "planted_runs": len(planted),
+            "missed_seeds": [r["seed"] for r in planted if name not in r["findings"]],
+            "false_alarms_healthy": sum(name in r["findings"] for r in healthy),
+            "healthy_runs": len(healthy),
+            "false_alarm_seeds_healthy": [r["seed"] for r in healthy if name in r["findings"]],
+            "fires_on_fixed": sum(name in r["findings"] for r in fixed),
+            "fixed_runs": len(fixed),
+        }
+    return out
+
+
+def table(rate: dict) -> str:
+    rows = [
+        [
+            name,
+            symptoms.PLANTED[name],
+            f"{r['hits']}/{r['planted_runs']}",
+            f"{r['false_alarms_healthy']}/{r['healthy_runs']}",
+            f"{r['fires_on_fixed']}/{r['fixed_runs']}",
+        ]
+        for name, r in rate.items()
+    ]
+    head = ["finding", "planted cause", "hit rate", "false alarms (healthy)", "fires on the fix"]
+    return markdown_table(head, rows)
+
+
+def goal_comparison(runs: list[dict], seeds: tuple[int, ...]) -> dict:
+    """Reward hacking: held-out exact-sort at the end, loophole reward vs the fix, per seed."""
+    pick = {
+        kind: {
+            r["seed"]: r["heldout_exact_final"]
+            for r in runs
+            if r["finding"] == "reward_hacking" and r["kind"] == kind and r["seed"] in seeds
+        }
+        for kind in ("planted", "fixed")
+    }
+    common = sorted(set(pick["planted"]) & set(pick["fixed"]))
+    loophole = [pick["planted"][s] for s in common]
+    fixed = [pick["fixed"][s] for s in common]
+    result = compare_seeds(fixed, loophole, "sort_distance (fix)", "inclusion+ordering", True)
+    return {"seeds": common, "loophole": loophole, "fixed": fixed, "comparison": result}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--seeds", choices=("tuning", "report", "both"), default="both")
+    args = p.parse_args(argv)
+    setup()
+    seeds = {"tuning": TUNING_SEEDS, "report": REPORT_SEEDS}.get(
+        args.seeds, TUNING_SEEDS + REPORT_SEEDS
+    )
+    jobs = [("healthy", "healthy", s) for s in seeds]
+    jobs += [(name, kind, s) for s in seeds for name in CATALOGUE for kind in ("planted", "fixed")]
+    start = time.perf_counter()
+    with ProcessPoolExecutor(args.jobs) as pool:
+        runs = list(pool.map(one_run, jobs))
+    healthy = {r["seed"]: r for r in runs if r["kind"] == "healthy"}
+    runs = [  # a fixed run that is the healthy run itself: its results, trained once
+        {**healthy[r["seed"]], "finding": r["finding"], "kind": r["kind"], "same_as_healthy": True}
+        if r.get("same_as_healthy")
+        else r
+        for r in runs
+    ]
+    wall = time.perf_counter() - start
+    result = {"tuning": rates(runs, TUNING_SEEDS), "report": rates(runs, REPORT_SEEDS)}
+    print("reported seeds", REPORT_SEEDS)
+    print(table(result["report"]))
+    goal = goal_comparison(runs, REPORT_SEEDS)
+    print(goal["comparison"])
+    payload = record_splits(
+        {},
+        validation=None,
+        test=None,
+        recipe="none",
+        benchmark="bench_detectors.py",
+    )
+    payload["splits"]["no_test_reason"] = (
+        "scores diagnose() on training histories; thresholds set on the tuning seeds, rates "
+        "reported on the disjoint report seeds"
+    )
+    save(
+        "detectors",
+        {
+            **payload,
+            "tuning_seeds": list(TUNING_SEEDS),
+            "report_seeds": list(REPORT_SEEDS),
+            "planted": symptoms.PLANTED,
+            "rates": result,
+            "table": table(result["report"]),
+            "table_tuning": table(result["tuning"]),
+            "reward_hacking_goal": goal,
+            "cpu_seconds_total": sum(r["cpu_seconds"] for r in runs),
+            "median_cpu_seconds_per_run": statistics.median(r["cpu_seconds"] for r in runs),
+            "wall_seconds": wall,
+            "jobs": args.jobs,
+            "runs": runs,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
