@@ -42,18 +42,23 @@ EQUIVALENT_FILE = ROOT / "tests" / "mutation_equivalent.toml"
 #: The numerical core: module of pgrl_helpers -> its fast unit tests (tests/test_<name>.py).
 #: Add a module (GAE, a new objective, an importance-weight correction, diagnose) as one line.
 MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
-    "advantages": ("advantages", "objectives", "mutation_kills_advantages"),
-    "kl": ("kl", "kl_extra", "mutation_kills_kl"),
-    "losses": ("losses", "clip_higher", "objectives", "kl_cov", "mutation_kills_losses"),
-    "masking": ("masking", "mutation_kills_masking"),
+    "advantages": (
+        "advantages", "objectives", "framework_agreement", "mutation_kills_advantages",
+    ),
+    "kl": ("kl", "kl_extra", "framework_agreement", "remedies", "mutation_kills_kl"),
+    "losses": (
+        "losses", "clip_higher", "objectives", "kl_cov", "remedies", "mutation_kills_losses",
+    ),
+    "masking": ("masking", "framework_agreement", "remedies", "mutation_kills_masking"),
     "sort_task": ("sort_task", "mutation_kills_sort_task"),
-    "gae": ("gae", "mutation_kills_gae"),
+    "gae": ("gae", "framework_agreement", "mutation_kills_gae"),
     "value": ("value", "mutation_kills_value"),
-    "offpolicy": ("offpolicy", "mutation_kills_offpolicy"),
+    "offpolicy": ("offpolicy", "remedies", "mutation_kills_offpolicy"),
     "diagnose": ("diagnose", "mutation_kills_diagnose"),
     "clip_family": ("objectives", "mutation_kills_clip_family"),
-    "covariance": ("kl_cov", "mutation_kills_covariance"),
-}
+    "covariance": ("kl_cov", "remedies", "mutation_kills_covariance"),
+    "tool_task": ("tool_task", "mutation_kills_tool_task"),
+}  # fmt: skip
 
 #: mutmut's verdicts that count as "a test noticed the change".
 KILLED = ("killed", "timeout", "caught by type check")

@@ -26,7 +26,7 @@ from pgrl_helpers.kl import AdaptiveKLController, FixedKLController, build_kl_co
 from pgrl_helpers.losses import apply_token_remedies, clip_mask, compute_per_token_loss
 from pgrl_helpers.masking import high_entropy_mask
 from pgrl_helpers.offpolicy import corrected_weights, importance_weights
-from pgrl_helpers.training import TrainConfig, run_policy_gradient
+from pgrl_helpers.training import TrainConfig
 
 # ---- Clip-Cov ---------------------------------------------------------------------------------
 
@@ -199,42 +199,12 @@ def test_two_sided_masks_equal_trls_mask_modes(level):
     assert (ours[real] == 0).any() and (ours[real] > 0).any()
 
 
-# ---- the loop: defaults change nothing, each option runs and is validated ------------------------
-
 BASE = dict(
     model="transformer", prompt_source="random", prompt_length=3, vocab_size=5,
     embedding_dim=8, num_layers=1, num_heads=2, prompts_per_epoch=6, num_responses=3,
     num_epochs=3, num_steps_per_epoch=2, loss_mode="clipped", eval_every=3, kl_penalty=0.1,
     compute_ref_model_period=2,
 )  # fmt: skip
-
-
-def _losses(**overrides):
-    history = run_policy_gradient(TrainConfig(**(BASE | overrides)))
-    return [r["loss"] for r in history if r["kind"] == "step"]
-
-
-def test_each_remedy_changes_the_run_and_the_defaults_do_not():
-    plain = _losses()
-    assert plain == _losses(clip_cov_ratio=0.0, top_entropy_quantile=1.0, kl_target=None)
-    for option in (
-        dict(clip_cov_ratio=0.5, clip_cov_lb=-10.0, clip_cov_ub=10.0),
-        dict(top_entropy_quantile=0.3),
-        dict(kl_target=1e-4, kl_horizon=3),
-    ):
-        assert _losses(**option) != plain, option
-
-
-def test_two_sided_mask_in_the_loop():
-    stale = dict(
-        BASE, rollout_source="stale", staleness=1, off_policy_correction="mis",
-        sampler_temperature=1.5, correction_cap=1.5,
-    )  # fmt: skip
-    one = run_policy_gradient(TrainConfig(**stale))
-    two = run_policy_gradient(TrainConfig(**stale, correction_cap_low=0.8))
-    assert [r["loss"] for r in one if r["kind"] == "step"] != [
-        r["loss"] for r in two if r["kind"] == "step"
-    ]
 
 
 def test_remedy_validation_names_the_field():

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import torch
 
@@ -21,7 +19,7 @@ from pgrl_helpers.tool_task import (
     run_tool_episodes,
     tool_mask,
 )
-from pgrl_helpers.training import TrainConfig, run_policy_gradient
+from pgrl_helpers.training import TrainConfig
 
 V = 5
 EOS = V
@@ -138,19 +136,6 @@ def test_masked_environment_tokens_get_no_gradient_and_the_bug_gives_them_one():
     changed[..., [2, 3, GRADER_SLOT]] += 5.0
     assert torch.equal(adv, compute_gae(rewards, changed, mask, 1.0, 0.9)[0])
     assert (adv[..., [2, 3, GRADER_SLOT]] == 0).all()
-
-
-@pytest.mark.parametrize("estimator", ["group", "gae"])
-def test_the_loop_trains_the_tool_task(estimator):
-    config = _config(advantage_estimator=estimator)
-    history = run_policy_gradient(config)
-    assert isinstance(history.model, ToolUsePolicy) and history.model.mask_tool_tokens
-    steps = [r for r in history if r["kind"] == "step"]
-    assert len(steps) == 4 and history.train_prompts_with_heldout_key == 0
-    assert all(r["response_length"] == 3.0 for r in steps)  # policy tokens only
-    bug = run_policy_gradient(replace(config, mask_tool_tokens=False))
-    assert not bug.model.mask_tool_tokens
-    assert all(r["response_length"] == 6.0 for r in bug if r["kind"] == "step")
 
 
 def test_config_validation_for_the_tool_task():
