@@ -8,8 +8,10 @@ at the target and at the end. The variants change one thing each against the set
 collapsed (bench_3's first setting, 4 Adam steps on every sampled batch), to find what
 causes a collapse and what removes it; bench_3 now uses the fix (1 step per batch).
 
-Usage: ``python bench_3_stability.py [variant ...]`` (default: all); results are merged
-into ``results/stability.json`` by variant name. Runs go ``os.cpu_count()`` at a time, so
+Usage: ``python bench_3_stability.py [--seeds S ...] [variant ...]`` (default: all variants,
+bench_3's seeds); results are merged into ``results/stability.json`` by variant name and
+seed (a re-run seed replaces its old run; other seeds are kept), so more seeds can be added
+to decide a comparison that is within seed noise. Each run records the machine it ran on. Runs go ``os.cpu_count()`` at a time, so
 wall times are comparable between variants; CPU seconds are reported beside them.
 """
 
@@ -24,7 +26,15 @@ from dataclasses import replace
 import matplotlib
 
 matplotlib.use("Agg")
-from _common import RESULTS_DIR, markdown_table, median, save, setup, train_to_target  # noqa: E402
+from _common import (  # noqa: E402
+    RESULTS_DIR,
+    machine,
+    markdown_table,
+    median,
+    save,
+    setup,
+    train_to_target,
+)
 from bench_3_generalization import CONFIG, SEEDS, VALIDATION_TARGET  # noqa: E402
 
 #: Optimizer steps trained after validation first reaches the target, in every variant.
@@ -89,16 +99,18 @@ def run_one(job: tuple[str, int]) -> dict:
     )
     print(f"{name}, seed {seed}: drop {result['largest_drop_after_target']}", flush=True)
     per_epoch = config.batch_prompts * config.num_responses
+    where = machine()
     return result | {
+        "measured_on": f"{where['cpu']}, {where['date_utc']} UTC",
         "seed": seed,
         "num_steps_per_epoch": config.num_steps_per_epoch,
         "responses_per_epoch": per_epoch,
     }
 
 
-def main(names: list[str]) -> None:
+def main(names: list[str], seeds: list[int] = SEEDS) -> None:
     setup()
-    jobs = [(name, seed) for name in names for seed in SEEDS]
+    jobs = [(name, seed) for name in names for seed in seeds]
     with ProcessPoolExecutor(os.cpu_count() or 1) as pool:
         results = list(pool.map(run_one, jobs))
     new = {
@@ -110,7 +122,17 @@ def main(names: list[str]) -> None:
     }
     path = RESULTS_DIR / f"{NAME}.json"  # read last: variants may run in parallel processes
     old = json.loads(path.read_text()) if path.exists() else {}
-    results = (old.get("variants", {}) if "steps_after_target" in old else {}) | new
+    results = old.get("variants", {}) if "steps_after_target" in old else {}
+    if "machine" in old:  # runs from before per-run records: the file's machine and date
+        then = f"{old['machine']['cpu']}, {old['machine']['date_utc']} UTC"
+        for variant in results.values():
+            for run in variant["runs"]:
+                run.setdefault("measured_on", then)
+    for name, variant in new.items():  # merge by seed: a re-run seed replaces its old run
+        fresh = {r["seed"] for r in variant["runs"]}
+        kept = [r for r in results.get(name, {}).get("runs", []) if r["seed"] not in fresh]
+        runs = sorted(kept + variant["runs"], key=lambda r: r["seed"])
+        results[name] = {"changes": variant["changes"], "runs": runs}
     results = {name: results[name] for name in VARIANTS if name in results}
     text = table(results)
     drops = {n: max(r["largest_drop_after_target"] for r in v["runs"]) for n, v in results.items()}
@@ -131,4 +153,17 @@ def main(names: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or list(VARIANTS))
+    args = sys.argv[1:]
+    chosen_seeds = list(SEEDS)
+    if "--seeds" in args:
+        at = args.index("--seeds")
+        values = []
+        for arg in args[at + 1 :]:
+            if not arg.lstrip("-").isdigit():
+                break
+            values.append(int(arg))
+        chosen_seeds, args = values, args[:at] + args[at + 1 + len(values) :]
+    unknown = [a for a in args if a not in VARIANTS]
+    if unknown:
+        sys.exit(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
+    main(args or list(VARIANTS), chosen_seeds)
