@@ -478,30 +478,10 @@ def ppo_section(r: dict) -> str:
 
 
 def stability_section(r: dict) -> str:
-    variants = r["variants"]
-    drops = {
-        name: max(run["largest_drop_after_target"] for run in v["runs"])
-        for name, v in variants.items()
-    }
-    window = f"{r['steps_after_target']} more optimizer steps (the same number in every variant)"
-    base = r["before"]
-    best = min(drops, key=drops.get)
-    lines = [
-        "## 3b. Stability after the target (`bench_3_stability.py`)",
-        "",
-        "Section 3's seeds; each variant changes one thing against the setting that "
-        "collapsed (4 Adam steps on every sampled batch). Every run trains until validation "
-        f"exact-sort first reaches 99.5%, then {window}; 'largest drop' is the largest fall of "
-        "validation exact-sort below its value at the target (200 validation multisets). "
-        f"Wall times: load average {r['machine']['load_average_1_5_15_min']} on 2 cores "
-        "(as many runs at a time as cores); CPU seconds do not depend on the load.",
-        "",
-        r["table"],
-        "",
-        f"{base}: largest drop {drops[base]:.3f} (max over seeds); smallest worst-seed drop: "
-        f"{best} ({drops[best]:.3f}).",
-    ]
-    return "\n".join(lines)
+    """Section 3b (helper H2's renderer lives with its benchmark)."""
+    import bench_3_stability
+
+    return bench_3_stability.results_section(r)
 
 
 def unseen_regime_section(r: dict) -> str:
