@@ -364,3 +364,27 @@ def test_multi_turn_loss_reference_and_mistakes():
     assert_fails(check, _multi_turn_variant("all_slots"), "still in the count")
     assert_fails(check, _multi_turn_variant("sign"), "wrong sign")
     assert_fails(check, lambda lp, d: (-d[:, :, None] * lp).mean().detach(), "no gradient")
+
+
+# --------------------------------------------------------------------------------------------
+# Short tracebacks in nbgrader's feedback
+# --------------------------------------------------------------------------------------------
+
+
+def test_every_checker_frame_is_hidden_from_ipython_tracebacks():
+    """A failed hidden check (strict=True) shows its one-line message; IPython skips every
+    frame that sets __tracebackhide__, so the checker's own code stays out of the feedback."""
+    names = sorted(n for n in dir(checks) if n.startswith("check_"))
+    assert len(names) >= 20
+    for name in names:
+        check = getattr(checks, name)
+        args = ("A",) if name == "check_broken_run" else ()
+        with pytest.raises(AssertionError) as info:
+            check(stub, *args, strict=True)
+        frames = []
+        tb = info.value.__traceback__
+        while tb is not None:
+            frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        shown = [f.f_code.co_name for f in frames if not f.f_locals.get("__tracebackhide__", False)]
+        assert name not in shown, f"{name}'s frame would show in a traceback: {shown}"

@@ -234,4 +234,5 @@ def check_broken_run(fn: Callable, run: str, *, seed: int | None = None, strict:
             "the config keeps it from learning"
         )
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run(f"broken_run_{run}", diagnose, strict)

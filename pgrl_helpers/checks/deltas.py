@@ -91,6 +91,7 @@ def _delta_check(
 
 def check_centered_deltas(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(rewards float[batch, trial]) -> float[batch, trial]: reward minus the group mean."""
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run(
         "centered_deltas",
         lambda: _delta_check("centered_deltas", fn, "centered_rewards", seed, lambda r: []),
@@ -138,6 +139,7 @@ def check_normalized_deltas(fn: Callable, *, seed: int = 0, strict: bool = False
             ),
         ]
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run(
         "normalized_deltas",
         lambda: _delta_check("normalized_deltas", fn, "normalized_rewards", seed, extra),
@@ -172,6 +174,7 @@ def check_loo_deltas(fn: Callable, *, seed: int = 0, strict: bool = False):
             ),
         ]
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run(
         "loo_deltas",
         lambda: _delta_check("loo_deltas", fn, "loo_rewards", seed, extra),
@@ -321,4 +324,5 @@ def check_baseline(fn: Callable, *, seed: int = 0, strict: bool = False):
             f"{BASELINE_DRAWS} draws of G = {BASELINE_G})"
         )
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("my_baseline", diagnose, strict)

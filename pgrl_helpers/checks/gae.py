@@ -118,6 +118,7 @@ def check_td_errors(fn: Callable, *, seed: int = 0, strict: bool = False):
         )
         raise _Failed(mistake or "the TD errors differ from r_t + gamma V(s_{t+1}) - V(s_t)")
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("td_errors", diagnose, strict)
 
 
@@ -195,4 +196,5 @@ def check_gae(fn: Callable, *, seed: int = 0, strict: bool = False):
             f"{mask.shape[0] * mask.shape[1]} padded responses (lengths {list(GAE_LENGTHS)})"
         )
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("gae", diagnose, strict)

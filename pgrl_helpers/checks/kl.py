@@ -71,4 +71,5 @@ def check_kl_k3(fn: Callable, *, seed: int = 0, strict: bool = False):
             mistake = "some values are negative; every k3 term is >= 0 (r - 1 >= log r)"
         raise _Failed(mistake or "values differ from k3 = r - 1 - log r")
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("kl_k3", diagnose, strict)

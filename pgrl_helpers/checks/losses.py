@@ -113,6 +113,7 @@ def check_inner_loop(fn: Callable, *, seed: int = 0, strict: bool = False):
             )
         raise _Failed("the first step is right but after 3 steps the parameters differ")
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("inner_loop", diagnose, strict)
 
 
@@ -210,4 +211,5 @@ def check_clipped_loss(fn: Callable, *, seed: int = 0, strict: bool = False):
             )
         return "value and gradient match the reference on both sides of the clip range"
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("clipped_loss", diagnose, strict)

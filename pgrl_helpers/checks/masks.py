@@ -123,6 +123,7 @@ def check_masked_mean(fn: Callable, *, seed: int = 0, strict: bool = False):
             "padding stays out; an empty mask raises ValueError"
         )
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("masked_mean", diagnose, strict)
 
 
@@ -215,4 +216,5 @@ def check_aggregate_loss(fn: Callable, *, seed: int = 0, strict: bool = False):
             f"{n_seq} padded responses (lengths {list(MASK_LENGTHS)}), gradients included"
         )
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("aggregate_loss", diagnose, strict)

@@ -87,4 +87,5 @@ def check_multi_turn_loss(fn: Callable, *, seed: int = 0, strict: bool = False):
             )
         raise _Failed(mistake or f"expected {want.item():.5f}, got {out.item():.5f}")
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("multi_turn_loss", diagnose, strict)

@@ -107,6 +107,7 @@ def check_sequence_ratio(fn: Callable, *, seed: int = 0, strict: bool = False):
             f"(lengths {list(RATIO_LENGTHS)})"
         )
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("sequence_ratio", diagnose, strict)
 
 
@@ -201,4 +202,5 @@ def check_cispo_loss(fn: Callable, *, seed: int = 0, strict: bool = False):
             "clipped weight, each still with a gradient)"
         )
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("cispo_loss", diagnose, strict)

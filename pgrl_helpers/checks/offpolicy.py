@@ -86,6 +86,7 @@ def check_truncated_weights(fn: Callable, *, seed: int = 0, strict: bool = False
             mistake or "the weights on real tokens differ from min(pi_train / pi_sampler, C)"
         )
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("truncated_weights", diagnose, strict)
 
 
@@ -149,4 +150,5 @@ def check_effective_sample_size(fn: Callable, *, seed: int = 0, strict: bool = F
             raise _Failed(f"{label}: " + (mistake or f"expected {want:.4f}, got {float(out):.4f}"))
         return "matches (sum w)^2 / sum w^2 on log-normal, equal and degenerate weights"
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("effective_sample_size", diagnose, strict)

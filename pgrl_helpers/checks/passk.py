@@ -73,6 +73,7 @@ def check_pass_at_k(fn: Callable, *, seed: int = 0, strict: bool = False):
             "(c = 0, c = n and n - c < k included) and is stable at n = 200"
         )
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("pass_at_k", diagnose, strict)
 
 
@@ -113,4 +114,5 @@ def check_mean_pass_at_k(fn: Callable, *, seed: int = 0, strict: bool = False):
             raise _Failed(f"{at} (mean over {len(counts)} problems of pass_at_k(n, c_j, k))")
         return f"mean over {len(counts)} problems matches at k = 1, 3 and 7 (n = {n})"
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("mean_pass_at_k", diagnose, strict)

@@ -101,6 +101,7 @@ def check_sort_distance_reward(fn: Callable, *, seed: int = 0, strict: bool = Fa
             f"expected {want[b, t].item():g}, got {out[b, t].item():g}"
         )
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("sort_distance_reward_batch", diagnose, strict)
 
 
@@ -200,4 +201,5 @@ def check_expected_reward(fn: Callable, *, seed: int = 0, strict: bool = False):
             raise _Failed("values are right but the gradient differs from the exact one")
         return f"exact E[R | s] and its gradient match on {batch} prompts ({n} responses each)"
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("expected_reward", diagnose, strict)

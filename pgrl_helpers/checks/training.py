@@ -114,4 +114,5 @@ def check_training_config(fn: Callable, *, seed: int | None = None, strict: bool
             )
         )
 
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("my_config", diagnose, strict)
