@@ -227,11 +227,20 @@ def selection_note(r: dict | None) -> str:
     )
 
 
+def margin_note(r: dict) -> str:
+    """The worst seed's margin over the goal, in test prompts."""
+    import math
+
+    n = r["split"]["test"]
+    need, got = math.ceil(r["goal"] * n), round(r["worst_test_exact_sort"] * n)
+    return f"{got} of {n} test prompts sorted, {need} needed, a margin of {got - need:+d} prompts"
+
+
 def trl_other_runs() -> list[str]:
     """One line per earlier TRL recipe kept in results/, each with its test scores."""
     lines = []
-    names = ("trl_no_weight_decay", "trl_4_steps", "trl_constant_lr", "trl_900_steps")
-    for name in (*names, "trl_stop_at_validation"):
+    names = ("trl_v1_final_recipe", "trl_no_weight_decay", "trl_4_steps", "trl_constant_lr")
+    for name in (*names, "trl_900_steps", "trl_stop_at_validation"):
         other = load(name)
         if other is None:
             continue
@@ -295,7 +304,10 @@ def trl_section(r: dict) -> str:
             f"({schedule} schedule), AdamW weight decay {r.get('weight_decay', 0.0):g}. "
             f"Held out by content (multiset): {r['split']['test']} test and "
             f"{r['split']['val']} validation prompts whose values never appear together in "
-            f"training ({r['split']['train']} training prompts). "
+            f"training ({r['split']['train']} training prompts). The test set is a fresh one "
+            f"(`trl_bridge.fresh_test_split`, seed {r['splits']['test']['seed']}): 22 multisets "
+            "drawn from the old training content after the recipe was fixed, scored once, by "
+            "this recipe only; the first test set guided the choice (below). "
             + (
                 f"A run stops when greedy exact-sort on validation reaches "
                 f"{r['validation_target']:.0%}, after "
@@ -311,7 +323,7 @@ def trl_section(r: dict) -> str:
             *rows,
             "",
             f"**goal (worst-seed test exact-sort >= {r['goal']:.0%}): {verdict}** "
-            f"(worst {r['worst_test_exact_sort']:.1%})",
+            f"(worst {r['worst_test_exact_sort']:.1%}: {margin_note(r)})",
             "",
             f"Mean training reward over the last 10 rounds (sampled, training contents): "
             f"{', '.join(f'{x:.2f}' for x in final_train)} of {c['prompt_length']}.",
@@ -320,22 +332,25 @@ def trl_section(r: dict) -> str:
             "on) and an unconstrained head, the previous run of this benchmark (commit 8f593ba) "
             "fitted its training lists (reward 2.66-2.77 of 3) but scored 19.4% / 16.1% / 48.4% "
             "test exact sorts: it memorised 21 answers. Values 0-9 give 220 multisets (176 "
-            "trained on), so memorising stops paying; alone (seed 0, 7 + 7 held out) that gave "
-            "80% test exact sorts after 250 steps. The digit constraint (`hf_policy."
+            "trained on), so memorising stops paying. The digit constraint (`hf_policy."
             "constrain_to_digits`: a frozen LM-head bias of -1e4 on the special tokens) removes "
             "the format phase and puts the distribution on the task's values, which also lets "
             "our loop train the same model (`bench_trl_vs_loop.py`).",
             "",
-            "Earlier recipes, kept as measured (test exact-sort per seed; the same split and "
-            "seeds):",
+            "Recipes scored on the first test set (22 other multisets), kept as measured (test "
+            "exact-sort per seed, same seeds). Each was scored on that set and the next one was "
+            "picked with those scores in view, so that test set guided the choice: these lines "
+            "are the record of the search, not a ranking (3 seeds per recipe cannot give an "
+            "exact permutation p below 0.1), and the first line is the final recipe on it:",
             "",
             *trl_other_runs(),
             "",
             "With 4 optimizer steps per round (num_iterations=4) validation swung late in the run "
             "and a linear decay only partly damped it; one step per round (the fix of section 3b "
-            "in our own loop) over a 1200-step linear decay raised the worst seed, and AdamW "
-            "weight decay (chosen on validation only: `bench_trl.WEIGHT_DECAY`) took it past the "
-            "goal. " + selection_note(load("trl_900_steps")),
+            "in our own loop) over a 1200-step linear decay, and AdamW weight decay "
+            "(`bench_trl.WEIGHT_DECAY`; its validation difference was small, 0.993 vs 0.987 "
+            "mean exact-sort over the last quarter) completed the recipe. "
+            + selection_note(load("trl_900_steps")),
         ]
     )
 
@@ -422,6 +437,38 @@ def ablation_section(r: dict) -> str:
 def kl_beta_section(r: dict) -> str:
     title = "## 6. The KL coefficient beta on a training run (`bench_kl_beta.py`, notebook 05)"
     return "\n".join([title, "", r["table"]])
+
+
+def detectors_section(r: dict) -> str:
+    """diagnose(): hit and false-alarm rates per finding (bench_detectors.py)."""
+    report = r["rates"]["report"]
+    missed = "; ".join(f"{k}: {v['missed_seeds']}" for k, v in report.items() if v["missed_seeds"])
+    alarms = "; ".join(
+        f"{k}: {v['false_alarm_seeds_healthy']}"
+        for k, v in report.items()
+        if v["false_alarm_seeds_healthy"]
+    )
+    return "\n".join(
+        [
+            "## Detectors: how often `diagnose()` is right (`bench_detectors.py`, notebook 13)",
+            "",
+            f"Each finding's planted cause (`symptoms.planted_run`), its fix and the healthy run, "
+            f"on each of the reported seeds {r['report_seeds'][0]}-{r['report_seeds'][-1]}; "
+            f"the thresholds were set on the tuning seeds {r['tuning_seeds'][0]}-"
+            f"{r['tuning_seeds'][-1]} only. Hit rate: planted runs that get the finding; false "
+            "alarms: healthy runs that get it; last column: fixed runs that still get it. "
+            f"{len(r['runs'])} runs, {r['cpu_seconds_total'] / 60:.1f} CPU-minutes.",
+            "",
+            r["table"],
+            "",
+            f"Missed on seeds: {missed or 'none'}. False alarms on healthy seeds: "
+            f"{alarms or 'none'}.",
+            "",
+            "The same counts on the tuning seeds:",
+            "",
+            r["table_tuning"],
+        ]
+    )
 
 
 def ppo_section(r: dict) -> str:
@@ -572,6 +619,12 @@ def length_drift_section(r: dict) -> str:
     return bench_length_drift.results_section(r)
 
 
+def pass_at_k_section(r: dict) -> str:
+    import bench_pass_at_k
+
+    return bench_pass_at_k.results_section(r)
+
+
 def kept_sections(generated: str) -> list[str]:
     """The '## ' sections of the current RESULTS.md that this script does not generate."""
     if not OUT.exists():
@@ -601,10 +654,12 @@ def main() -> None:
         "lecture_ablation": ablation_section,
         "kl_beta": kl_beta_section,
         "ppo_vs_grpo": ppo_section,
+        "detectors": detectors_section,
         "objectives": objectives_section,
         "collapse": collapse_section,
         "length_drift": length_drift_section,
         "staleness": staleness_section,
+        "pass_at_k": pass_at_k_section,
     }
     loaded = {name: load(name) for name in parts}
     present = [v for v in loaded.values() if v is not None]
