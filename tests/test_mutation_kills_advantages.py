@@ -159,3 +159,8 @@ def test_build_estimator_wraps_functions_and_builds_classes():
     assert ADVANTAGE_ESTIMATORS["gae"] is GAEEstimator
     with pytest.raises(KeyError):
         build_estimator("critic", None, config)
+
+
+def test_token_mask_type_error_names_the_type():
+    with pytest.raises(TypeError, match="^mask must be a torch.Tensor or None, got list$"):
+        compute_deltas(torch.ones(2, 2), "reinforce_pp_baseline", mask=[[1.0]])

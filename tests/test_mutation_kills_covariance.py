@@ -60,3 +60,57 @@ def test_error_messages_name_the_argument_and_its_shape():
         ValueError, match=r"^mask selects no tokens: the covariance needs at least one$"
     ):
         token_covariance(log_probs, torch.zeros(2, 3), mask=torch.zeros(2, 3, 4))
+
+
+# ---- Clip-Cov -----------------------------------------------------------------------------
+
+
+def _band_batch(b: float):
+    """Tokens 0, 1 have covariance exactly b (means are 0), tokens 2, 3 have 0."""
+    log_probs = torch.tensor([[[1.0, -1.0, 0.0, 0.0]]])
+    deltas = torch.tensor([[[b, -b, 0.5, -0.5]]])
+    return log_probs, deltas, torch.zeros(1, 1, 4, dtype=torch.bool)
+
+
+def test_clip_cov_default_band_is_verls_open_interval_1_to_5():
+    from pgrl_helpers.covariance import clip_cov_tokens
+
+    inside = _band_batch(1.5)
+    assert clip_cov_tokens(*inside, 1.0).tolist() == [[[True, True, False, False]]]
+    assert clip_cov_tokens(*inside, 1.0, 2.0, 6.0).sum() == 0
+    high = _band_batch(5.5)
+    assert clip_cov_tokens(*high, 1.0).sum() == 0
+    assert clip_cov_tokens(*high, 1.0, 2.0, 6.0).sum() == 2
+    for edge in (1.0, 5.0):  # the bounds themselves are outside
+        assert clip_cov_tokens(*_band_batch(edge), 1.0).sum() == 0
+
+
+def test_clip_cov_pick_is_the_generators_permutation():
+    from pgrl_helpers.covariance import clip_cov_tokens, token_covariance
+
+    generator = torch.Generator().manual_seed(0)
+    log_probs = torch.randn(2, 5, 6, generator=generator)
+    deltas = torch.randn(2, 5, 6, generator=generator) * 3
+    none = torch.zeros(2, 5, 6, dtype=torch.bool)
+    cov = token_covariance(log_probs, deltas)
+    where = ((cov > 0.1) & (cov < 50.0)).flatten().nonzero().squeeze(-1)
+    assert where.numel() >= 10
+    expected = torch.zeros(60, dtype=torch.bool)
+    expected[
+        where[torch.randperm(where.numel(), generator=torch.Generator().manual_seed(7))[:6]]
+    ] = True
+    got = clip_cov_tokens(
+        log_probs, deltas, none, 0.1, 0.1, 50.0, None, torch.Generator().manual_seed(7)
+    )
+    assert torch.equal(got.flatten(), expected)
+
+
+def test_clip_cov_shape_error_names_both_arguments():
+    from pgrl_helpers.covariance import clip_cov_tokens
+
+    log_probs, deltas, clipped = _band_batch(1.5)
+    with pytest.raises(
+        ValueError,
+        match=r"^log_probs and already_clipped must have the same shape, got \[1, 1, 4\] and \[1, 4\]$",
+    ):
+        clip_cov_tokens(log_probs, deltas, clipped[0], 1.0)

@@ -154,3 +154,14 @@ def test_error_messages_name_the_argument():
         whiten(torch.ones(1, 2, 3), MASK)
     with pytest.raises(ValueError, match="^mask must hold only 0 and 1$"):
         whiten(torch.ones(1, 1, 3), torch.tensor([[[0.0, 2.0, 1.0]]]))
+
+
+def test_check_prefix_mask_default_name_and_mixed_dtypes_keep_the_values_dtype():
+    with pytest.raises(ValueError, match="^mask has holes"):
+        check_prefix_mask(torch.tensor([[[1.0, 0.0, 1.0]]]))
+    rewards32 = torch.tensor([[1.0, 2.0]])
+    mask64 = MASK.double()
+    assert outcome_token_rewards(rewards32, mask64).dtype == torch.float32
+    adv32 = torch.ones(1, 2, 4)
+    adv32[0, 0, 0] = 3.0
+    assert whiten(adv32, mask64).dtype == torch.float32

@@ -148,3 +148,20 @@ def test_kl_per_response_masks_padding_and_is_exactly_the_penalty_when_all_real(
         ValueError, match=r"^mask must match log_probs: got \[3, 4, 4\] and \[3, 4, 5\]$"
     ):
         kl_per_response(a, b, "k3", ones[..., :4])
+
+
+def test_adaptive_kl_controller_refuses_bools_and_accepts_horizon_1():
+    from pgrl_helpers.kl import AdaptiveKLController
+
+    with pytest.raises(ValueError, match="^init_kl_coef must be a positive number, got True$"):
+        AdaptiveKLController(True, 6.0, 10)
+    with pytest.raises(ValueError, match="^kl_target must be a positive number, got True$"):
+        AdaptiveKLController(0.1, True, 10)
+    with pytest.raises(ValueError, match="^kl_horizon must be a positive int, got True$"):
+        AdaptiveKLController(0.1, 6.0, True)
+    controller = AdaptiveKLController(0.1, 6.0, 1)  # the smallest horizon
+    assert controller.update(12.0, 1) == pytest.approx(0.1 * 1.2)
+    with pytest.raises(ValueError, match="^n_steps must be a positive int, got True$"):
+        controller.update(1.0, True)
+    with pytest.raises(ValueError, match="^current_kl must be finite, got inf$"):
+        controller.update(math.inf, 1)

@@ -127,3 +127,48 @@ def test_run_tool_episodes_errors():
     policy.max_response_length = 5
     with pytest.raises(ValueError, match="^the model must have max_response_length 6, got 5$"):
         run_tool_episodes(policy, prompts, 1)
+
+
+def test_compare_tool_with_the_last_item():
+    prices = torch.tensor([[4, 3, 2, 1, 0], [0, 1, 2, 3, 4]])
+    x, y = torch.tensor([4, 3]), torch.tensor([3, 4])
+    # item 4 is the cheapest in row 0 and the dearest in row 1
+    assert compare_tool(x, y, prices, EOS).tolist() == [[3, 4], [4, 3]]
+
+
+def test_task_checks_its_sizes_first():
+    with pytest.raises(ValueError, match="^vocab_size must be a positive int, got 0$"):
+        ToolCompareTask(0)
+    with pytest.raises(ValueError, match="^prompt_length must be a positive int, got 0$"):
+        ToolCompareTask(V, 0)
+    keys = ToolCompareTask(V).num_keys()
+    assert keys == 15 and isinstance(keys, int)
+
+
+def test_policy_defaults_and_seed_are_the_autoregressive_policys():
+    from pgrl_helpers.autoregressive import AutoregressiveSortPolicy
+
+    ours = ToolUsePolicy(V, seed=3)
+    base = AutoregressiveSortPolicy(V, 2, 6, seed=3)
+    assert ours.d_model == base.d_model and len(ours.blocks) == len(base.blocks)
+    assert ours.blocks[0].num_heads == base.blocks[0].num_heads
+    for a, b in zip(ours.parameters(), base.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_sample_is_run_tool_episodes_with_the_generator():
+    policy = _policy()
+    prompts = torch.tensor([[1, 2], [0, 4]])
+    responses, _ = policy.sample(prompts, 40, torch.Generator().manual_seed(5))
+    expected = run_tool_episodes(policy, prompts, 40, torch.Generator().manual_seed(5))
+    assert torch.equal(responses, expected)
+
+
+def test_sampling_follows_the_policys_softmax_per_row():
+    policy = _policy()
+    with torch.no_grad():
+        policy.unembed.bias[3] += 8.0  # token 3 very likely at every slot
+    responses = run_tool_episodes(
+        policy, torch.tensor([[1, 2]]), 300, torch.Generator().manual_seed(0)
+    )
+    assert (responses[0, :, 0] == 3).float().mean() > 0.8
