@@ -54,18 +54,25 @@ DASHBOARD_MODELS = tuple(m for m in MODEL_NAMES if m in MODEL_DEFAULTS)
 #: toy policy with a high-entropy start and a reward that points at the goal (section 3),
 #: and the transformer that sorts prompts it never trained on (section 4).
 PRESETS: dict[str, tuple[TrainConfig, float]] = {
+    # notebook 07 section 4's setting (length 5, values 0-9, 200 + 200 held-out multisets) on
+    # its seed 1, for 200 epochs: held-out exact-sort climbs from 0 to above 90%
     "generalizing transformer": (
         TrainConfig(
             model="transformer",
             **MODEL_DEFAULTS["transformer"],
             prompt_source="random",
-            prompts_per_epoch=64,
+            prompts_per_epoch=128,
+            vocab_size=10,
+            prompt_length=5,
+            num_responses=8,
             reward_fn="sort_distance_reward",
             deltas_mode="centered_rewards",
             loss_mode="clipped",
             num_steps_per_epoch=1,
-            learning_rate=3e-3,
-            num_epochs=60,
+            learning_rate=1e-3,
+            num_eval_prompts=200,
+            num_epochs=200,
+            seed=1,
         ),
         1.0,
     ),

@@ -341,11 +341,13 @@ def test_the_default_dashboard_shows_learning_at_once():
 
     dash = make_dashboard(synchronous=True, redraw_every=1000)
     assert dash.preset.value == DEFAULT_PRESET == "generalizing transformer"
-    assert dash.num_epochs.value <= 100, "a short run: a student waits seconds, not minutes"
+    assert dash.num_epochs.value <= 200, "a short run: a student waits seconds, not minutes"
     dash.train_button.click()
-    evals = dash.runs[0].history.evals()
+    history = dash.runs[0].history
+    evals = history.evals()
     first, last = evals[0]["heldout_exact_sort"], evals[-1]["heldout_exact_sort"]
-    assert first < 0.2 and last >= 0.5, (first, last)
+    assert len(history.heldout_prompts) >= 100, "a held-out score over many prompts"
+    assert first < 0.1 and last >= 0.9, (first, last)
 
 
 def test_presets_set_every_control_and_show_what_the_notebook_teaches():
