@@ -21,8 +21,9 @@ CPU seconds of this process) wrap the same kinds of work on both sides:
   the text included);
 * reward: ``SortTask.reward`` / TRL's ``_calculate_rewards`` (parsing the text included);
 * forward: per-token log-probs and entropies with gradients on, and the frozen old
-  log-probs (our ``log_probs`` + ``token_entropy`` / TRL's
-  ``_get_per_token_logps_and_entropies``);
+  log-probs where they get a pass of their own (our ``log_probs`` + ``token_entropy`` / TRL's
+  ``_get_per_token_logps_and_entropies``; at one optimizer step per batch neither framework
+  runs that extra pass: the old log-probs are the step's own, detached);
 * backward: ``torch.Tensor.backward``; optimizer: ``Adam.step`` / ``AdamW.step``;
 * evaluation: the greedy validation and test checks (excluded from the per-step figures);
 * overhead: everything else (the framework: loss assembly, advantages, logging, data
