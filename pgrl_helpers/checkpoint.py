@@ -53,7 +53,7 @@ class CheckpointConfig:
     num_heads: int = 4
     num_kv_heads: int = 2
     intermediate_size: int = 128
-    sft_steps: int = 400
+    sft_steps: int = 100
     sft_batch: int = 64
     sft_lr: float = 3e-3
     seed: int = 0

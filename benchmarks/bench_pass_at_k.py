@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""What RL adds to a checkpoint: pass@k before and after GRPO (notebook 14).
+
+Per seed: build the SFT checkpoint (``pgrl_helpers.checkpoint.FULL`` with that seed), sample
+n = 256 completions per held-out test problem before RL, run GRPO with TRL
+(``scale/grpo_checkpoint.py``: validation picks the stopping step), sample again, and record
+the per-problem correct counts c. pass@k is Chen et al. 2021 (arXiv 2107.03374) eq. 1. Regions:
+'in' (the SFT distribution: length 2-4, values 0-5; RL trains on it too), 'longer' (length 5-6) and
+'unseen' (a value 6-9); neither SFT nor RL trains on the last two. Test multisets are held
+out by content from both SFT and RL, and scored once per seed, after training.
+
+    nice -n 10 .venv/bin/python benchmarks/bench_pass_at_k.py --jobs 5   # 5 seeds in parallel
+Writes benchmarks/results/pass_at_k.json (after every seed, so a partial run keeps its seeds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scale"))
+
+from pgrl_helpers import checkpoint as ck  # noqa: E402
+from pgrl_helpers.seed_stats import compare_seeds  # noqa: E402
+
+OUT = ROOT / "benchmarks" / "results" / "pass_at_k.json"
+KS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+REGIONS = ("in", "longer", "unseen")
+#: RL recipe: lr chosen on validation (1e-4 vs 3e-4 on seed 0's checkpoint; 1e-3 and training on
+#: longer lists too lowered validation pass@1); RL trains on the SFT region only.
+RL_ARGS = dict(
+    max_steps=200,
+    prompts_per_step=8,
+    num_generations=8,
+    learning_rate=1e-4,
+    eval_every=20,
+    eval_samples=16,
+    train_regions="in",
+)
+
+
+def score(model, tokenizer, splits, n: int, seed: int) -> dict:
+    out = {}
+    for region in REGIONS:
+        r = ck.count_correct(model, tokenizer, splits[f"test_{region}"], n, seed=seed)
+        out[region] = {
+            "c": r["c"],
+            "pass_at_k": ck.pass_at_k_curve(r["c"], n, [k for k in KS if k <= n]),
+            "mean_length": r["mean_length"],
+            "mean_entropy": r["mean_entropy"],
+        }
+    return out
+
+
+def coverage(before: list[int], after: list[int]) -> dict:
+    """Of the problems solved after RL (c > 0 of n), how many the checkpoint solved at k = n."""
+    solved_after = [i for i, c in enumerate(after) if c > 0]
+    both = [i for i in solved_after if before[i] > 0]
+    return {
+        "solved_after": len(solved_after),
+        "solved_before": sum(c > 0 for c in before),
+        "solved_after_and_before": len(both),
+        "fraction": len(both) / len(solved_after) if solved_after else None,
+    }
+
+
+def summarize(per_seed: list[dict]) -> dict:
+    summary = {}
+    for region in REGIONS:
+        summary[region] = {}
+        for k in [k for k in (1, 16, 256) if k <= per_seed[0]["n"]]:
+            i = KS.index(k)
+            before = [s["before"][region]["pass_at_k"][i] for s in per_seed]
+            after = [s["after"][region]["pass_at_k"][i] for s in per_seed]
+            summary[region][f"pass@{k}"] = compare_seeds(after, before, "after RL", "checkpoint")
+    return summary
+
+
+def run_seed(seed: int, n: int, steps: int, workdir: Path, config=ck.FULL) -> dict:
+    import grpo_checkpoint
+
+    splits = ck.make_splits()
+    start = time.perf_counter()
+    path = ck.build_checkpoint(
+        workdir / f"checkpoint-seed{seed}", dataclasses.replace(config, seed=seed)
+    )
+    sft_seconds = time.perf_counter() - start
+    model, tokenizer = ck.load(path)
+    before = score(model, tokenizer, splits, n, seed=1000 + seed)
+    rl = dict(RL_ARGS, max_steps=steps)
+    argv = [
+        "--model",
+        str(path),
+        "--output-dir",
+        str(workdir / f"rl-seed{seed}"),
+        "--seed",
+        str(seed),
+        "--quiet",
+    ]
+    for name, value in rl.items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    start = time.perf_counter()
+    summary = grpo_checkpoint.train(argv)
+    rl_seconds = time.perf_counter() - start
+    model, tokenizer = ck.load(summary["final_dir"])
+    after = score(model, tokenizer, splits, n, seed=1000 + seed)
+    return {
+        "seed": seed,
+        "n": n,
+        "checkpoint": json.loads((path / ck.METADATA).read_text()),
+        "before": before,
+        "after": after,
+        "coverage": {r: coverage(before[r]["c"], after[r]["c"]) for r in REGIONS},
+        "rl": {
+            k: summary[k]
+            for k in (
+                "steps",
+                "chosen_step",
+                "validation",
+                "reward",
+                "mean_length",
+                "entropy",
+                "heldout_keys_in_training",
+                "train_multisets",
+            )
+        },
+        "seconds": {"sft": sft_seconds, "rl": rl_seconds},
+        "load_avg_1min_end": os.getloadavg()[0],
+    }
+
+
+def results_section(r: dict) -> str:
+    """The RESULTS.md section (bench_9_report.py): pass@1 and pass@n before and after RL."""
+    n, seeds = r["n"], r["seeds"]
+    lines = [
+        "## pass@k before and after RL (notebook 14)",
+        "",
+        f"`bench_pass_at_k.py`: per seed, the SFT checkpoint ("
+        f"{r['recipe']['checkpoint']['sft_steps']} SFT steps on lists of length 2-4, values 0-5), "
+        f"then GRPO with TRL ({r['recipe']['rl']['max_steps']} steps, lr "
+        f"{r['recipe']['rl']['learning_rate']:g}, RL prompts from the SFT region; validation "
+        f"picks the stop), scored once on {r['recipe']['test_problems_per_region']['in']} held-out "
+        f"test multisets per region with n = {n} samples each (temperature 1). Seeds {seeds}. "
+        "Medians over seeds, worst seed, exact permutation p (after vs before).",
+        "",
+        "| region | k | checkpoint median (worst) | after RL median (worst) | p |",
+        "|---|---|---|---|---|",
+    ]
+    for region, by_k in (r["comparisons"] or {}).items():
+        for k_name, c in by_k.items():
+            lines.append(
+                f"| {region} | {k_name} | {c['median_b']:.3f} ({c['worst_b']:.3f}) | "
+                f"{c['median_a']:.3f} ({c['worst_a']:.3f}) | {c['p_value']:.3f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("--jobs", type=int, default=1, help="seeds run in parallel processes")
+    p.add_argument("--n", type=int, default=256, help="samples per test problem")
+    p.add_argument("--steps", type=int, default=RL_ARGS["max_steps"])
+    p.add_argument("--workdir", default=str(ROOT / ".cache" / "pgrl" / "bench_pass_at_k"))
+    p.add_argument("--out", default=str(OUT))
+    p.add_argument(
+        "--config",
+        choices=("full", "quick", "tiny"),
+        default="full",
+        help="checkpoint size (tiny: the seconds-long smoke test)",
+    )
+    args = p.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)
+    splits = ck.make_splits()
+    config = {"full": ck.FULL, "quick": ck.QUICK, "tiny": ck.TINY}[args.config]
+    per_seed = []
+    if args.jobs > 1:  # one process per seed, one torch thread each
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(args.jobs, initializer=_one_thread) as pool:
+            done = pool.starmap(
+                run_seed, [(s, args.n, args.steps, Path(args.workdir), config) for s in args.seeds]
+            )
+    for i, seed in enumerate(args.seeds):
+        if args.jobs > 1:
+            per_seed.append(done[i])
+        else:
+            per_seed.append(run_seed(seed, args.n, args.steps, Path(args.workdir), config))
+        s = per_seed[-1]
+        print(
+            f"seed {seed}: "
+            + "; ".join(
+                f"{r} pass@1 {s['before'][r]['pass_at_k'][0]:.3f}->{s['after'][r]['pass_at_k'][0]:.3f}"
+                f" pass@256 {s['before'][r]['pass_at_k'][-1]:.3f}->{s['after'][r]['pass_at_k'][-1]:.3f}"
+                for r in REGIONS
+            )
+            + f" ({s['seconds']['rl']:.0f} s RL, load {s['load_avg_1min_end']:.1f})",
+            flush=True,
+        )
+        payload = {
+            "what": __doc__.split("\n\n")[1],
+            "ks": [k for k in KS if k <= args.n],
+            "n": args.n,
+            "seeds": [s["seed"] for s in per_seed],
+            "recipe": {
+                "checkpoint": dataclasses.asdict(config),
+                "rl": dict(RL_ARGS, max_steps=args.steps),
+                "sampling": "temperature 1.0, no top-k / top-p, max 8 new tokens",
+                "regions": {
+                    "in": "length 2-4, values 0-5 (SFT and RL train on other multisets)",
+                    "longer": "length 5-6, values 0-5 (never trained)",
+                    "unseen": "length 2-4 with a value 6-9 (never trained)",
+                },
+                "test_problems_per_region": {r: len(splits[f"test_{r}"]) for r in REGIONS},
+            },
+            "per_seed": per_seed,
+            "comparisons": summarize(per_seed) if len(per_seed) > 1 else None,
+            "machine": {"cores": os.cpu_count(), "torch_threads": 1, "jobs": args.jobs},
+        }
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(payload, indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
