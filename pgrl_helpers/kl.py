@@ -208,10 +208,8 @@ class FixedKLController:
         return self.value
 
     def penalty(self, kl: torch.Tensor, n_steps: int) -> torch.Tensor:
-        """This step's KL term, beta x kl (then ``update``: a no-op here)."""
-        term = self.value * kl
-        self.update(kl.item(), n_steps)
-        return term
+        """This step's KL term, beta x kl (beta never changes)."""
+        return self.value * kl
 
 
 class AdaptiveKLController:

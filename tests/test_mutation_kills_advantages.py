@@ -164,3 +164,11 @@ def test_build_estimator_wraps_functions_and_builds_classes():
 def test_token_mask_type_error_names_the_type():
     with pytest.raises(TypeError, match="^mask must be a torch.Tensor or None, got list$"):
         compute_deltas(torch.ones(2, 2), "reinforce_pp_baseline", mask=[[1.0]])
+
+
+def test_two_masked_tokens_are_enough_for_token_whitening():
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    mask = torch.tensor([[[1.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [1.0, 0.0]]])
+    got = compute_deltas(rewards, "reinforce_pp_baseline", mask=mask)
+    # tokens: +0.5 (response 0) and +0.5 (response 3): std 0, floored at 1e-3
+    assert torch.isfinite(got).all() and got[0, 0] == got[1, 1]

@@ -3,6 +3,8 @@ the error messages, so that mutation testing (tests/mutation.py) finds no silent
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -114,3 +116,18 @@ def test_clip_cov_shape_error_names_both_arguments():
         match=r"^log_probs and already_clipped must have the same shape, got \[1, 1, 4\] and \[1, 4\]$",
     ):
         clip_cov_tokens(log_probs, deltas, clipped[0], 1.0)
+
+
+def test_check_clip_cov_messages():
+    from pgrl_helpers.covariance import check_clip_cov
+
+    for bad in ("0.1", True, -0.1, 1.5, math.nan):
+        with pytest.raises(ValueError, match=r"^clip_cov_ratio must be a number in \[0, 1\]"):
+            check_clip_cov(bad, 1.0, 5.0)
+    with pytest.raises(ValueError, match="^clip_cov_lb must be a number, got True$"):
+        check_clip_cov(0.1, True, 5.0)
+    with pytest.raises(ValueError, match="^clip_cov_ub must be a number, got nan$"):
+        check_clip_cov(0.1, 1.0, math.nan)
+    with pytest.raises(ValueError, match="^clip_cov_ub must be a number, got '5'$"):
+        check_clip_cov(0.1, 1.0, "5")
+    check_clip_cov(0.0, -math.inf, math.inf)  # off, with an unbounded band

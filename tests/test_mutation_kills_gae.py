@@ -14,7 +14,13 @@ import re
 import pytest
 import torch
 
-from pgrl_helpers.gae import check_prefix_mask, compute_gae, outcome_token_rewards, whiten
+from pgrl_helpers.gae import (
+    check_binary_mask,
+    check_prefix_mask,
+    compute_gae,
+    outcome_token_rewards,
+    whiten,
+)
 
 MASK = torch.tensor([[[1.0, 1.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]]])  # [1, 2, 4]
 REWARDS = torch.tensor([[[0.5, -1.0, 2.0, 7.0], [3.0, 9.0, 9.0, 9.0]]])
@@ -165,3 +171,16 @@ def test_check_prefix_mask_default_name_and_mixed_dtypes_keep_the_values_dtype()
     adv32 = torch.ones(1, 2, 4)
     adv32[0, 0, 0] = 3.0
     assert whiten(adv32, mask64).dtype == torch.float32
+
+
+def test_check_binary_mask_keeps_a_floating_dtype():
+    assert check_binary_mask(MASK.double()).dtype == torch.float64
+    assert check_binary_mask(MASK.half()).dtype == torch.float16
+    assert check_binary_mask(MASK.bool()).dtype == torch.float32
+
+
+def test_compute_gae_casts_rewards_to_the_values_dtype_first():
+    # 1 + 2**-30 is 1 in float32: with float32 values the TD error is exactly 0
+    rewards = torch.tensor([[[1.0 + 2**-30]]], dtype=torch.float64)
+    advantages, _ = compute_gae(rewards, torch.ones(1, 1, 1), torch.ones(1, 1, 1), 1.0, 1.0)
+    assert advantages.dtype == torch.float32 and advantages.item() == 0.0

@@ -7,6 +7,8 @@ messages that name the offending argument.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -172,3 +174,18 @@ def test_counts_are_checked_without_a_mask_too():
     for aggregation in LOSS_AGGREGATIONS:
         with pytest.raises(ValueError, match="^num_sequences must be a positive int or None"):
             aggregate_loss(LOSS, None, aggregation, num_sequences=0)
+
+
+def test_empty_mask_and_entropy_mask_messages_in_full():
+    from pgrl_helpers.masking import aggregate_loss, high_entropy_mask
+
+    message = (
+        "mask selects no token (it is all zeros): a loss over no tokens is undefined; drop the "
+        "empty batch (or micro-batch) before aggregating"
+    )
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        aggregate_loss(torch.ones(1, 1, 2), torch.zeros(1, 1, 2), "token_mean")
+    with pytest.raises(
+        ValueError, match=r"^mask selects no token \(it is all zeros\): no entropy to rank$"
+    ):
+        high_entropy_mask(torch.ones(1, 1, 2), torch.zeros(1, 1, 2), 0.5)

@@ -269,3 +269,45 @@ def test_the_stale_source_samples_with_the_configured_dtype():
         half = mismatched_sampler(policy, dtype="float16").log_probs(PROMPTS, responses)
         assert torch.equal(old, half)
         assert not torch.equal(old, policy.log_probs(PROMPTS, responses))
+
+
+# ---- two-sided weights (correction_cap_low) ------------------------------------------------
+
+
+def test_cap_low_zero_is_allowed_and_both_corrections_accept_a_low_cap():
+    w = torch.tensor([0.0, 0.5, 3.0])
+    assert corrected_weights(w, "mis", 2.0, cap_low=0.0).tolist() == [0.0, 0.5, 0.0]
+    assert corrected_weights(w, "tis", 2.0, cap_low=0.0).tolist() == [0.0, 0.5, 2.0]
+    for correction in ("tis", "mis"):
+        check_off_policy_fields(
+            _config(
+                rollout_source="stale", off_policy_correction=correction, correction_cap_low=0.5
+            )
+        )
+    with pytest.raises(ValueError, match="^correction_cap_low bounds the weights of 'tis' / 'mis'"):
+        check_off_policy_fields(
+            _config(
+                rollout_source="stale", off_policy_correction="recompute", correction_cap_low=0.5
+            )
+        )
+
+
+@pytest.mark.parametrize("correction", ["tis", "mis"])
+def test_the_stale_source_applies_the_low_cap(correction):
+    config = _config(
+        rollout_source="stale", sampler_temperature=1.7, off_policy_correction=correction,
+        correction_level="token", correction_cap=1.2, staleness=0, correction_cap_low=0.9,
+    )  # fmt: skip
+    policy = LectureModel(*POLICY_ARGS, seed=0)
+    source = StaleSource(policy, config)
+    responses, mask = source.sample(PROMPTS, 6, torch.Generator().manual_seed(3))
+    rollout = SimpleNamespace(prompts=PROMPTS, responses=responses, mask=mask)
+    with torch.no_grad():
+        source.old_log_probs(rollout)
+        behaviour = mismatched_sampler(policy, 1.7).log_probs(PROMPTS, responses)
+        proximal = policy.log_probs(PROMPTS, responses)
+    raw = importance_weights(proximal, behaviour, mask, "token")
+    assert (raw < 0.9).any()
+    expected = corrected_weights(raw, correction, 1.2, cap_low=0.9)
+    torch.testing.assert_close(rollout.loss_weights, expected)
+    assert not torch.equal(expected, corrected_weights(raw, correction, 1.2))
