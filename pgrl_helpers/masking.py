@@ -227,4 +227,4 @@ def high_entropy_mask(
     if not bool_mask.any():
         raise ValueError("mask selects no token (it is all zeros): no entropy to rank")
     threshold = torch.quantile(entropy.detach()[bool_mask].float(), 1 - q)
-    return (entropy.detach() >= threshold.to(entropy.dtype)) & bool_mask
+    return (entropy.detach() >= threshold) & bool_mask  # TRL compares with the float32 threshold

@@ -184,3 +184,12 @@ def test_compute_gae_casts_rewards_to_the_values_dtype_first():
     rewards = torch.tensor([[[1.0 + 2**-30]]], dtype=torch.float64)
     advantages, _ = compute_gae(rewards, torch.ones(1, 1, 1), torch.ones(1, 1, 1), 1.0, 1.0)
     assert advantages.dtype == torch.float32 and advantages.item() == 0.0
+
+
+def test_half_precision_values_give_half_precision_returns_with_a_bool_mask():
+    values = torch.tensor([[[0.5, 0.25]]], dtype=torch.float16)
+    rewards = torch.tensor([[[0.0, 1.0]]], dtype=torch.float16)
+    advantages, returns = compute_gae(
+        rewards, values, torch.ones(1, 1, 2, dtype=torch.bool), 1.0, 1.0
+    )
+    assert advantages.dtype == returns.dtype == torch.float16
