@@ -26,6 +26,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scale"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _common import record_splits  # noqa: E402
 
 from pgrl_helpers import checkpoint as ck  # noqa: E402
 from pgrl_helpers.seed_stats import compare_seeds  # noqa: E402
@@ -35,6 +38,20 @@ KS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 REGIONS = ("in", "longer", "unseen")
 #: RL recipe: lr chosen on validation (1e-4 vs 3e-4 on seed 0's checkpoint; 1e-3 and training on
 #: longer lists too lowered validation pass@1); RL trains on the SFT region only.
+#: What scored the test split besides the final recipe (development runs, from this session's
+#: log; their results are not kept).
+EARLIER_RECIPES = [
+    "checkpoint probes while building the task (QUICK size, 150-300 SFT steps, n = 32-64; "
+    "the first ones with a tokenizer bug that dropped words)",
+    "FULL checkpoint with 400 SFT steps + GRPO lr 1e-3 on in + longer lists, 150 steps "
+    "(seed 0 only; run stopped)",
+    "FULL checkpoints with 100 and 180 SFT steps, no RL, n = 64 (choosing the SFT length)",
+]
+GUIDED_CHOICE = (
+    "The test split guided the choice of the SFT length (100 steps, so that the checkpoint's "
+    "test pass@1 left room for RL), before any RL run of the final recipe; the RL learning "
+    "rate was chosen on validation."
+)
 #: How the recipe was chosen, stored with the results.
 SELECTION = (
     "SFT length (100 steps) chosen by looking at the seed-0 checkpoint's pass@k on the TEST "
@@ -144,6 +161,18 @@ def run_seed(seed: int, n: int, steps: int, workdir: Path, config=ck.FULL) -> di
     }
 
 
+def split_record(name: str, splits: dict) -> dict:
+    """The split facts tests/test_test_splits.py reads: id, seed, sizes, key."""
+    keys = [m for r in REGIONS for m in splits[f"test_{r}"]] if name == "test" else splits[name]
+    what = "test_in + test_longer + test_unseen" if name == "test" else name
+    return {
+        "id": f"bench_pass_at_k.py: checkpoint.make_splits(split_seed=0) {what}, {len(keys)} multisets",
+        "seed": 0,
+        "sizes": {"prompts": len(keys), "keys": len(keys)},
+        "key": "multiset of the prompt (sorted tuple)",
+    }
+
+
 def results_section(r: dict) -> str:
     """The RESULTS.md section (bench_9_report.py): pass@1 and pass@n before and after RL."""
     n, seeds = r["n"], r["seeds"]
@@ -156,7 +185,8 @@ def results_section(r: dict) -> str:
         f"{r['recipe']['rl']['learning_rate']:g}, RL prompts from the SFT region; validation "
         f"picks the stop), scored once on {r['recipe']['test_problems_per_region']['in']} held-out "
         f"test multisets per region with n = {n} samples each (temperature 1). Seeds {seeds}. "
-        "Medians over seeds, worst seed, exact permutation p (after vs before).",
+        "Medians over seeds, worst seed, exact permutation p (after vs before). "
+        + (r.get("splits") or {}).get("test_guided_choice", ""),
         "",
         "| region | k | checkpoint median (worst) | after RL median (worst) | p |",
         "|---|---|---|---|---|",
@@ -167,6 +197,11 @@ def results_section(r: dict) -> str:
                 f"| {region} | {k_name} | {c['median_b']:.3f} ({c['worst_b']:.3f}) | "
                 f"{c['median_a']:.3f} ({c['worst_a']:.3f}) | {c['p_value']:.3f} |"
             )
+    verdicts = {c["verdict"] for by_k in (r["comparisons"] or {}).values() for c in by_k.values()}
+    lines += [
+        "",
+        f"Verdicts: {', '.join(sorted(verdicts))}. Recipe selection: {r['recipe'].get('selection')}",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -241,6 +276,15 @@ def main(argv=None) -> None:
             "comparisons": summarize(per_seed) if len(per_seed) > 1 else None,
             "machine": {"cores": os.cpu_count(), "torch_threads": 1, "jobs": args.jobs},
         }
+        record_splits(
+            payload,
+            validation=split_record("validation_in", splits),
+            test=split_record("test", splits),
+            recipe=f"SFT {config.sft_steps} steps + GRPO {json.dumps(payload['recipe']['rl'])}",
+            earlier_recipes=EARLIER_RECIPES,
+            guided_choice=GUIDED_CHOICE,
+            benchmark="bench_pass_at_k.py",
+        )
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(payload, indent=1) + "\n")
     print(f"wrote {args.out}")

@@ -2,7 +2,7 @@
 """GRPO on a pretrained checkpoint with TRL's ``GRPOTrainer`` (notebook 14; scale/README.md).
 
     python3 tasks.py checkpoint                                   # the local checkpoint
-    .venv/bin/python scale/grpo_checkpoint.py --model .cache/pgrl/checkpoint --max-steps 60
+    .venv/bin/python scale/grpo_checkpoint.py --model .cache/pgrl/checkpoint
 
 With a GPU and a hub model (not run here: no GPU, no network, no vLLM on this machine):
 
@@ -96,20 +96,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--model", required=True, help="a local path or a hub id")
     p.add_argument("--output-dir", default=None)
-    p.add_argument("--max-steps", type=int, default=60)
+    p.add_argument("--max-steps", type=int, default=200)
     p.add_argument("--prompts-per-step", type=int, default=8)
     p.add_argument("--num-generations", type=int, default=8, help="G, completions per prompt")
     p.add_argument("--max-completion-length", type=int, default=8)
-    p.add_argument("--learning-rate", type=float, default=1e-3)
+    p.add_argument("--learning-rate", type=float, default=1e-4)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--beta", type=float, default=0.0, help="KL(pi || pi_ref) coefficient")
     p.add_argument(
         "--train-regions",
-        default="in,longer",
+        default="in",
         help="comma list of the regions RL trains on: in (SFT's), longer (lists of 5-6)",
     )
-    p.add_argument("--eval-every", type=int, default=10, help="validation every N steps; 0: off")
-    p.add_argument("--eval-samples", type=int, default=8, help="samples per validation prompt")
+    p.add_argument("--eval-every", type=int, default=20, help="validation every N steps; 0: off")
+    p.add_argument("--eval-samples", type=int, default=16, help="samples per validation prompt")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lora", action="store_true", help="train LoRA adapters (PEFT) only")
     p.add_argument("--lora-r", type=int, default=16)
@@ -302,7 +302,12 @@ def train(argv=None) -> dict:
         r = summary["reward"]
         print(
             f"{summary['steps']} GRPO steps on {args.model}: mean reward {r[0]:.2f} -> {r[-1]:.2f}; "
-            f"validation pass@1 best at step {summary['chosen_step']}; model in {final}"
+            + (
+                f"validation pass@1 best at step {summary['chosen_step']}; "
+                if args.eval_every
+                else "no validation (last step kept); "
+            )
+            + f"model in {final}"
         )
     return summary
 
