@@ -143,3 +143,20 @@ def test_bad_config_raises():
         ck.make_splits(num_test=0)
     with pytest.raises(ValueError, match="num_test \\+ num_validation"):
         ck.make_splits(num_test=150, num_validation=60)
+
+
+def test_tasks_checkpoint_command_builds_a_loadable_checkpoint(tmp_path, monkeypatch, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "tasks", Path(__file__).resolve().parents[1] / "tasks.py"
+    )
+    tasks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tasks)
+    assert "checkpoint" in tasks.COMMANDS
+    monkeypatch.setattr(ck, "FULL", ck.TINY)  # the command's code path, at test size
+    ck.main([str(tmp_path / "ckpt")])
+    assert "checkpoint in" in capsys.readouterr().out
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt")
+    assert model.config.hidden_size == ck.TINY.hidden_size
