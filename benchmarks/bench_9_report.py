@@ -456,8 +456,10 @@ def detectors_section(r: dict) -> str:
             f"on each of the reported seeds {r['report_seeds'][0]}-{r['report_seeds'][-1]}; "
             f"the thresholds were set on the tuning seeds {r['tuning_seeds'][0]}-"
             f"{r['tuning_seeds'][-1]} only. Hit rate: planted runs that get the finding; false "
-            "alarms: healthy runs that get it; last column: fixed runs that still get it. "
-            f"{len(r['runs'])} runs, {r['cpu_seconds_total'] / 60:.1f} CPU-minutes.",
+            "alarms: healthy runs that get it; last column: fixed runs that still get it "
+            "(`loss_near_zero` is an info note whose place is the healthy run). "
+            f"{sum(not x.get('same_as_healthy') for x in r['runs'])} runs trained, "
+            f"{r['cpu_seconds_total'] / 60:.1f} CPU-minutes.",
             "",
             r["table"],
             "",
