@@ -123,7 +123,8 @@ def lab_command(*extra: str, root_dir: Path = WORKSPACE) -> list[str]:
 
     ``extra`` arguments go to JupyterLab unchanged. One that picks the served folder
     (``--ServerApp.root_dir=...``, ``--notebook-dir=...``) replaces ``root_dir``, so the two
-    never clash. One Ctrl+C stops the server (``answer_yes``: no "Shut down? (y/[n])").
+    never clash. ``answer_yes`` skips JupyterLab's "Shut down? (y/[n])" prompt when the
+    command is run by hand; ``lab()`` itself stops the server on Ctrl+C.
     """
     cmd = [str(BIN / "jupyter"), "lab", "--ip=127.0.0.1", "--ServerApp.answer_yes=True"]
     if not any(arg.split("=")[0] in ROOT_DIR_OPTIONS for arg in extra):
@@ -179,16 +180,23 @@ def lab() -> None:
     )
     cmd = lab_command(*extra)
     print("+", " ".join(cmd), flush=True)
-    proc = subprocess.Popen(cmd, cwd=ROOT)
-    # Ctrl+C reaches JupyterLab (same process group), which shuts down cleanly; this
-    # process only waits for it, without a KeyboardInterrupt traceback
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # JupyterLab runs in its own session: Ctrl+C (SIGINT) and SIGTERM reach this process only,
+    # which asks the server to stop with SIGTERM (its clean shutdown: no "Shut down? (y/[n])"
+    # prompt, no KeyboardInterrupt traceback, no server left behind)
+    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
+
+    def stop(signum, frame) -> None:
+        print("\nStopping JupyterLab ...", flush=True)
+        proc.send_signal(signal.SIGTERM)
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         code = proc.wait()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     print("JupyterLab stopped.", flush=True)
-    if code not in (0, -signal.SIGINT, 128 + signal.SIGINT):
+    if code not in (0, -signal.SIGINT, 128 + signal.SIGINT, -signal.SIGTERM):
         sys.exit(code)
 
 
@@ -328,8 +336,9 @@ def timings() -> None:
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
             cells = json.loads(cells_json.read_text()) if cells_json.exists() else []
-        slow = [c for c in cells if c["seconds"] > SLOW_CELL_SECONDS]
-        slowest = max(cells, key=lambda c: c["seconds"], default=None)
+        timed = [c for c in cells if c["seconds"] is not None]
+        slow = [c for c in timed if c["seconds"] > SLOW_CELL_SECONDS]
+        slowest = max(timed, key=lambda c: c["seconds"], default=None)
         results.append(
             {
                 "notebook": notebook.name,
@@ -342,6 +351,7 @@ def timings() -> None:
                 "code_cells": len(cells),
                 "slowest_cell": slowest,
                 "cells_over_20_s": slow,
+                "unfinished_cells": [c for c in cells if c["seconds"] is None],
                 "load_average_1_5_15_min_before": [round(x, 2) for x in load_before],
                 "load_average_1_5_15_min_after": [round(x, 2) for x in os.getloadavg()],
             }
@@ -406,6 +416,15 @@ def _execute_notebook() -> None:
     cells = []
     for index, cell in enumerate(notebook.cells):
         timing = cell.get("metadata", {}).get("execution", {})
+        if (
+            cell.cell_type == "code"
+            and "iopub.execute_input" in timing
+            and ("shell.execute_reply" not in timing)
+        ):  # started, never finished (an error stopped the run here)
+            first_line = next((line for line in cell.source.splitlines() if line.strip()), "")
+            cells.append({"cell": index, "seconds": None, "unfinished": True,
+                          "first_line": first_line[:100]})  # fmt: skip
+            continue
         if cell.cell_type != "code" or "shell.execute_reply" not in timing:
             continue
         began = timing.get("iopub.execute_input") or timing["shell.execute_reply.started"]
