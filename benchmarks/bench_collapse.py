@@ -281,7 +281,7 @@ def results_section(payload: dict) -> str:
         f"p-values are exact permutation tests over the seeds (`seed_stats.compare_seeds`) of "
         f"test exact against notebook 08's setting; the test split scores every setting once "
         f"and chooses nothing. {payload['total_cpu_seconds'] / 60:.1f} CPU-minutes in all "
-        f"(budget 15), 2 worker processes on 2 shared cores, 1-minute load average "
+        f"(budget 15), worker processes on 2 shared cores, 1-minute load average "
         f"{loads[0]} at the end (CPU seconds are comparable, wall times would not be).",
         "",
         payload["table"],
