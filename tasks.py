@@ -44,6 +44,9 @@ WORKSPACE_SOURCES = {
     "notebooks": ("notebooks", "[0-9][0-9]_*.ipynb"),
     "assignments": ("assignments/student", "*.ipynb"),
 }
+#: Repository folders the notebooks read by relative path (``../benchmarks/results/*.json``,
+#: ``../scale``): linked into the workspace and the timing copies, so those paths resolve.
+SHARED_FOLDERS = ("benchmarks", "scale")
 #: JupyterLab options that choose the folder it serves (a user's choice replaces ours).
 ROOT_DIR_OPTIONS = ("--ServerApp.root_dir", "--notebook-dir", "--ServerApp.notebook_dir")
 
@@ -155,6 +158,7 @@ def make_workspace(workspace: Path = WORKSPACE, reset: bool = False) -> list[Pat
             if not copy.exists():
                 shutil.copyfile(original, copy)
                 copied.append(copy)
+    link_shared_folders(workspace)
     readme = workspace / "README.md"
     if not readme.exists():
         readme.write_text(
@@ -163,8 +167,21 @@ def make_workspace(workspace: Path = WORKSPACE, reset: bool = False) -> list[Pat
             "(`assignments/`). Edit and save freely: this folder is git-ignored, and the\n"
             "committed originals are never touched. `python3 tasks.py lab --reset` refreshes\n"
             "the copies from the committed versions (your old files go to `.backup/`).\n"
+            "`benchmarks/` and `scale/` here are links to the repository's folders, which\n"
+            "the notebooks read (benchmark results); there is no need to edit them.\n"
         )
     return copied
+
+
+def link_shared_folders(folder: Path) -> None:
+    """Symlink ``SHARED_FOLDERS`` of the repository into ``folder`` (the notebooks' parent)."""
+    for name in SHARED_FOLDERS:
+        link, target = folder / name, ROOT / name
+        if target.is_dir() and not link.exists() and not link.is_symlink():
+            try:
+                link.symlink_to(target, target_is_directory=True)
+            except OSError as err:  # e.g. Windows without the symlink privilege
+                print(f"note: could not link {link} -> {target} ({err})", file=sys.stderr)
 
 
 def lab() -> None:
@@ -322,7 +339,10 @@ def timings() -> None:
         if not notebook.exists():
             sys.exit(f"no notebook {notebook}")
         with tempfile.TemporaryDirectory(prefix="pgrl-timings-") as tmp:
-            copy = Path(tmp) / notebook.name
+            # the repository's layout: notebooks/ beside (links to) benchmarks/ and scale/
+            (Path(tmp) / "notebooks").mkdir()
+            link_shared_folders(Path(tmp))
+            copy = Path(tmp) / "notebooks" / notebook.name
             shutil.copyfile(notebook, copy)
             cells_json = Path(tmp) / "cells.json"
             load_before = os.getloadavg()

@@ -43,6 +43,10 @@ def test_workspace_holds_notebooks_and_assignments_and_keeps_the_learners_work(t
     assert sorted(p.name for p in (ws / "notebooks").iterdir()) == NOTEBOOKS
     assert sorted(p.name for p in (ws / "assignments").iterdir()) == ASSIGNMENTS
     assert len(copied) == len(NOTEBOOKS) + len(ASSIGNMENTS)
+    # the notebooks read ../benchmarks/results/*.json and ../scale: those paths resolve
+    for name in tasks.SHARED_FOLDERS:
+        assert (ws / "notebooks" / ".." / name).resolve() == (ROOT / name).resolve()
+    assert (ws / "notebooks" / ".." / "benchmarks" / "results").is_dir()
     mine = ws / "assignments" / ASSIGNMENTS[0]
     mine.write_text("my answers")
     (ws / "notebooks" / NOTEBOOKS[-1]).unlink()  # e.g. a notebook added later by git pull
