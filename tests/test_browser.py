@@ -245,7 +245,8 @@ def tail_with(text: str, needle: str) -> str:
 # --------------------------------------------------------------------------------------
 
 ASSIGNMENT = "01_rewards_and_exact_gradient.ipynb"
-FIRST_NOTEBOOK = "00_start_here.ipynb"
+# a notebook that reads ../benchmarks/results/*.json: the workspace must resolve that path
+FIRST_NOTEBOOK = "10_ppo_vs_grpo.ipynb"
 
 
 def untracked_and_changed() -> set[str]:
