@@ -27,6 +27,7 @@ from pgrl_helpers.losses import (
     sequence_log_ratio,
     token_level_objective,
 )
+from pgrl_helpers.masking import high_entropy_mask
 
 # ratios exactly representable in float32 (exp(log r) == r), including the clip edges for
 # epsilon 0.5 (0.5 and 1.5) and for epsilon_high 0.25 (1.25)
@@ -441,3 +442,82 @@ def test_per_token_deltas_equal_broadcast_per_response_ones(mode, level):
 def test_deltas_must_be_a_tensor():
     with pytest.raises(TypeError, match="^deltas must be a torch.Tensor, got list$"):
         compute_per_token_loss(torch.zeros(1, 2, 3), [[1.0, 2.0]], "naive")
+
+
+# ---- the default-off remedies of the objective (issue 28) -------------------------------------
+
+
+def _remedy_batch():
+    gen = torch.Generator().manual_seed(1)
+    log_probs = -torch.rand(3, 4, 5, generator=gen, dtype=torch.float64) * 3
+    old = log_probs - torch.randn(3, 4, 5, generator=gen, dtype=torch.float64) * 0.3
+    mask = torch.arange(5) < torch.tensor([[5, 3, 4, 2], [5, 5, 1, 3], [4, 4, 5, 2]])[..., None]
+    deltas = torch.randn(3, 4, generator=gen, dtype=torch.float64) * 2
+    responses = torch.randint(0, 5, (3, 4, 5), generator=gen)
+    entropy = torch.rand(3, 4, 5, generator=gen, dtype=torch.float64)
+    rollout = SimpleNamespace(
+        old_log_probs=old, deltas=deltas, mask=mask.double(), responses=responses,
+        token_entropy=entropy,
+    )  # fmt: skip
+    return log_probs, rollout
+
+
+def test_the_objective_applies_clip_cov_with_its_seeded_pick():
+    from pgrl_helpers.covariance import clip_cov_tokens
+    from pgrl_helpers.losses import clip_mask, token_level_objective
+
+    log_probs, rollout = _remedy_batch()
+    config = _config(
+        clip_cov_ratio=0.1, clip_cov_lb=-100.0, clip_cov_ub=100.0, seed=2, epsilon_high=0.28
+    )
+    got = token_level_objective(log_probs, rollout, config)
+    plain = compute_per_token_loss(
+        log_probs, rollout.deltas, "clipped", old_log_probs=rollout.old_log_probs, epsilon_high=0.28
+    )
+    clipped = clip_mask(log_probs, rollout.old_log_probs, rollout.deltas, 0.2, 0.28) != 0
+    seed = 2 * 1_000_003 + int(rollout.responses.sum()) + rollout.responses.numel()
+    chosen = clip_cov_tokens(
+        log_probs, rollout.deltas, clipped, 0.1, -100.0, 100.0, rollout.mask,
+        torch.Generator().manual_seed(seed),
+    )  # fmt: skip
+    assert 3 <= chosen.sum() < (rollout.mask > 0).sum() - clipped.sum()
+    assert torch.equal(got, torch.where(chosen, torch.zeros_like(plain), plain))
+    assert not (chosen & (rollout.mask == 0)).any()
+
+
+def test_clip_cov_reads_epsilon_high_for_the_already_clipped_tokens():
+    from pgrl_helpers.losses import apply_token_remedies
+
+    log_probs = torch.zeros(1, 1, 4, dtype=torch.float64)
+    old = torch.log(torch.tensor([[[1 / 1.25, 1 / 1.25, 1.0, 1.0]]], dtype=torch.float64))
+    deltas = torch.tensor([[[1.0, 1.0, 1.0, 1.0]]], dtype=torch.float64)
+    # ratio 1.25 on tokens 0, 1: clipped with epsilon 0.2, not with epsilon_high 0.28
+    rollout = SimpleNamespace(
+        old_log_probs=old, deltas=deltas, mask=torch.ones(1, 1, 4),
+        responses=torch.zeros(1, 1, 4, dtype=torch.long),
+    )  # fmt: skip
+    loss = torch.ones(1, 1, 4, dtype=torch.float64)
+    for high, zeroed in ((None, 2), (0.28, 4)):
+        config = _config(
+            clip_cov_ratio=1.0, clip_cov_lb=-1.0, clip_cov_ub=1.0, seed=0, epsilon_high=high
+        )
+        assert (apply_token_remedies(loss, log_probs, rollout, config) == 0).sum() == zeroed
+
+
+def test_the_objective_keeps_only_the_high_entropy_tokens():
+    from pgrl_helpers.losses import token_level_objective
+
+    log_probs, rollout = _remedy_batch()
+    config = _config(top_entropy_quantile=0.3)
+    got = token_level_objective(log_probs, rollout, config)
+    plain = compute_per_token_loss(
+        log_probs, rollout.deltas, "clipped", old_log_probs=rollout.old_log_probs
+    )
+    keep = high_entropy_mask(rollout.token_entropy, rollout.mask, 0.3)
+    assert 0 < keep.sum() < (rollout.mask > 0).sum()
+    assert got.dtype == torch.float64
+    assert torch.equal(got, plain * keep)
+    # a config without the remedy fields (or with them off) leaves the loss as it is
+    assert torch.equal(token_level_objective(log_probs, rollout, _config()), plain)
+    off = _config(top_entropy_quantile=1.0, clip_cov_ratio=0.0)
+    assert torch.equal(token_level_objective(log_probs, rollout, off), plain)

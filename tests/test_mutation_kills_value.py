@@ -285,3 +285,19 @@ def test_measured_memory_by_hand():
     got = measured_memory(module.double(), optimizer)
     # double() replaced nothing in the optimizer state: exp_avg + exp_avg_sq in float32
     assert got == {"params": 8, "weights": 64, "grads": 64, "optimizer": 64, "total": 192}
+
+
+def test_advantage_variance_of_a_rollout_without_policy_tokens_is_0():
+    from dataclasses import replace as dc_replace
+
+    from pgrl_helpers.advantages import build_estimator
+    from pgrl_helpers.rollout import Rollout
+
+    config = dc_replace(PPO, whiten_advantages=False)
+    policy = config.build_policy()
+    estimator = build_estimator("gae", policy, config)
+    prompts = torch.tensor([[1, 0, 2], [3, 3, 0]])
+    responses, mask = policy.sample(prompts, 2, torch.Generator().manual_seed(0))
+    rollout = Rollout(prompts, responses, torch.zeros_like(mask), torch.ones(2, 2))
+    deltas = estimator(rollout, config)
+    assert estimator.advantage_variances == [0.0] and (deltas == 0).all()
