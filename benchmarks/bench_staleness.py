@@ -13,7 +13,8 @@ k epochs behind generates (``rollout_source="stale"``). Four ways to use such a 
   w = pi_trainer / pi_sampler, C = 2 (token level).
 
 Plus a sampler/trainer mismatch without staleness: the sampler runs at temperature 1.5,
-which the loss does not know about.
+which the loss does not know about; and (``--two-sided``, added to the saved file) two-sided
+TIS / MIS with ``correction_cap_low`` = 0.5 at every k > 0.
 
 **Splits.** The loop holds out ``NUM_EVAL_PROMPTS`` validation and as many test prompts, one
 per multiset (the SortTransformer ignores prompt order, so a prompt is new only if its
@@ -212,9 +213,17 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--section", action="store_true", help="print the RESULTS.md section")
     parser.add_argument("--record-splits", action="store_true", help="add the split record")
+    parser.add_argument(
+        "--two-sided",
+        action="store_true",
+        help="add two-sided TIS / MIS cells (correction_cap_low)",
+    )
     args = parser.parse_args(argv)
     if args.section:
         print(results_section(json.loads((RESULTS_DIR / "staleness.json").read_text())))
+        return
+    if args.two_sided:
+        two_sided(args.workers)
         return
     if args.record_splits:  # a file saved before add_split_records existed
         path = RESULTS_DIR / "staleness.json"
@@ -320,6 +329,53 @@ def main(argv: list[str]) -> None:
     )
 
 
+CAP_LOW = 0.5  # two-sided masks: weights below 1/C = 0.5 are raised (TIS) or dropped (MIS)
+
+
+def two_sided(workers: int) -> None:
+    """Add two-sided TIS / MIS cells (``correction_cap_low`` = CAP_LOW) at every k > 0 to
+    staleness.json, same seeds and tuned setting, then their comparisons with the one-sided
+    cells. First re-runs one stored cell and stops if it does not reproduce bit for bit (the
+    new cells must come from the same loop as the stored ones)."""
+    path = RESULTS_DIR / "staleness.json"
+    payload = json.loads(path.read_text())
+    chosen = payload["tuning"]["chosen"]
+    base = dict(chosen, num_epochs=payload["epochs"])
+    stored = next(r for r in payload["runs"] if r["cell"] == f"k={STALENESS[-1]}/tis")
+    check = job(base | dict(seed=stored["seed"], staleness=STALENESS[-1],
+                            off_policy_correction="tis"))  # fmt: skip
+    if check["validation_exact"] != stored["validation_exact"]:
+        raise SystemExit("the loop no longer reproduces staleness.json: re-run it whole")
+    jobs = [base | dict(seed=seed, staleness=k, off_policy_correction=c, correction_cap_low=CAP_LOW)
+            for seed in payload["seeds"] for k in STALENESS[1:] for c in ("tis", "mis")]  # fmt: skip
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        runs = pool.map(job, jobs)
+    for r, j in zip(runs, jobs):
+        r["cell"] = f"k={j['staleness']}/{j['off_policy_correction']} two-sided"
+        r["correction_cap_low"] = CAP_LOW
+        del r["splits"]
+    payload["runs"] += runs
+    for cell in dict.fromkeys(r["cell"] for r in runs):
+        payload["summary"][cell] = summarise([r for r in runs if r["cell"] == cell])
+    for k in STALENESS[1:]:
+        for c in ("tis", "mis"):
+            a, b = f"k={k}/{c} two-sided", f"k={k}/{c}"
+            payload["comparisons"].append(
+                compare_seeds(payload["summary"][a]["test_exact"], payload["summary"][b]["test_exact"], a, b)
+            )  # fmt: skip
+    payload["two_sided"] = {
+        "correction_cap_low": CAP_LOW,
+        "reproduced_cell": stored["cell"] + f" seed {stored['seed']}",
+        "machine": __import__("_common").machine(),
+        "cpu_seconds": round(sum(r["cpu_seconds"] for r in runs) + check["cpu_seconds"], 1),
+    }
+    payload["total_cpu_seconds"] = round(
+        payload["total_cpu_seconds"] + payload["two_sided"]["cpu_seconds"], 1
+    )
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    print("added", len(runs), "two-sided runs")
+
+
 def results_section(payload: dict) -> str:
     """The benchmarks/RESULTS.md section for a saved staleness.json."""
     c, s = payload["config"], payload["summary"]
@@ -385,6 +441,24 @@ def results_section(payload: dict) -> str:
             "|" + "---|" * len(corrections),
             "| " + " | ".join(fmt(f"{temp}/{corr}") for corr in corrections) + " |",
             "",
+            *(
+                [
+                    f"Two-sided TIS / MIS (`correction_cap_low` = "
+                    f"{payload['two_sided']['correction_cap_low']}: weights below it raised / "
+                    f"dropped; run afterwards with the same loop, which reproduced the validation curve of "
+                    f"the stored cell {payload['two_sided']['reproduced_cell']} exactly):",
+                    "",
+                    "| k (epochs) | tis two-sided | mis two-sided |",
+                    "|---|---|---|",
+                    *(
+                        f"| {k} | {fmt(f'k={k}/tis two-sided')} | {fmt(f'k={k}/mis two-sided')} |"
+                        for k in payload["staleness_values"][1:]
+                    ),
+                    "",
+                ]
+                if "two_sided" in payload
+                else []
+            ),
             "Comparisons (`seed_stats.compare_seeds`: test exact, median [worst seed], exact "
             "two-sided permutation p over the seeds):",
             "",
