@@ -422,11 +422,16 @@ def _execute_notebook() -> None:
     from datetime import datetime
 
     import nbformat
+    from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
 
     path, out = Path(sys.argv[2]), Path(sys.argv[3])
     notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(notebook, timeout=1800, kernel_name="python3", record_timing=True)
+    # IPC sockets in this run's own folder (the working directory), not TCP ports: with many
+    # kernels starting at once on a shared machine, a port picked as free can be taken by
+    # another kernel before this one binds it, and the run then waits forever for a reply.
+    manager = KernelManager(kernel_name="python3", transport="ipc", ip=str(out.parent / "kernel"))
+    client = NotebookClient(notebook, km=manager, timeout=900, record_timing=True)
     client.resources = {"metadata": {"path": str(path.parent)}}
     error = None
     try:
