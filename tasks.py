@@ -438,6 +438,9 @@ def _execute_notebook() -> None:
         client.execute()
     except Exception as err:  # noqa: BLE001 - reported, and the timings so far are kept
         error = err
+    finally:  # the client does not own this manager: stop and reap the kernel here, so its
+        if manager.has_kernel:  # CPU time is counted in the parent's RUSAGE_CHILDREN
+            manager.shutdown_kernel()
     cells = []
     for index, cell in enumerate(notebook.cells):
         timing = cell.get("metadata", {}).get("execution", {})
