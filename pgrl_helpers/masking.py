@@ -146,6 +146,11 @@ def aggregate_loss(
     * ``num_sequences`` / ``num_tokens``: counts of the WHOLE optimizer batch when this
       call sees only one micro-batch (default: this call's batch x trial, and its number
       of real tokens). With them, the micro-batch losses add up to the full-batch loss.
+
+    Refusals where frameworks differ: an all-zero mask raises ValueError (SkyRL returns a
+    loss of 0 for an all-masked micro-batch; drop such a micro-batch instead), and the
+    counts must be positive ints (OpenRLHF also accepts fractional token counts for
+    gradient accumulation).
     """
     check_mode(aggregation, LOSS_AGGREGATIONS, "loss aggregation")
     check_ndim(per_token_loss, 3, "per_token_loss", "batch, trial, pos")
