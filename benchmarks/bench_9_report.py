@@ -609,6 +609,12 @@ def collapse_section(r: dict) -> str:
     return bench_collapse.results_section(r)
 
 
+def entropy_section(r: dict) -> str:
+    import bench_entropy
+
+    return bench_entropy.results_section(r)
+
+
 def staleness_section(r: dict) -> str:
     import bench_staleness
 
@@ -658,6 +664,7 @@ def main() -> None:
         "ppo_vs_grpo": ppo_section,
         "detectors": detectors_section,
         "objectives": objectives_section,
+        "entropy": entropy_section,
         "collapse": collapse_section,
         "length_drift": length_drift_section,
         "staleness": staleness_section,

@@ -9,11 +9,15 @@ towards 0 and the reward stops improving. The remedies change one dial each, sam
 * entropy bonus: entropy_coef 0.05 (the leaderboard's shared setting);
 * KL-Cov (Cui et al. 2025, arXiv 2505.22617): loss_mode 'kl_cov' with the paper's
   k = 0.002 and beta = 1, and with k = 0.05 (with ~900 real tokens per batch the paper's k
-  selects a single token).
+  selects a single token);
+* Clip-Cov (same paper; verl's defaults: ratio 2e-4, covariance band (1, 5)) and at ratio 0.02:
+  the PPO loss of that fraction of tokens (at least one) is detached;
+* the high-entropy-token mask (Wang et al. 2025, arXiv 2506.01939; TRL ``top_entropy_quantile``):
+  only the top 20% of real tokens by entropy carry the policy gradient.
 
 Every run trains ``EPOCHS`` epochs (no early stop), logging the training reward and entropy
 per step and the validation / test exact every 5 epochs. The notebook fits Cui et al.'s
-R = -a exp(H) + b to the collapsing runs' (entropy, reward) points. Budget: 5 settings x 3
+R = -a exp(H) + b to the collapsing runs' (entropy, reward) points. Budget: 8 settings x 5
 seeds; CPU seconds per run saved with the results (shared 2-core CPU: see the load average).
 """
 
@@ -28,7 +32,7 @@ from bench_objectives import BASE
 
 from pgrl_helpers.training import run_policy_gradient
 
-SEEDS = (0, 1, 2)
+SEEDS = (0, 1, 2, 3, 4)
 EPOCHS = 60
 COLLAPSE = replace(BASE, entropy_coef=0.0, learning_rate=1e-2, num_epochs=EPOCHS,
                    target_heldout_exact_sort=None)  # fmt: skip
@@ -40,6 +44,9 @@ REMEDIES: dict[str, dict] = {
     "entropy bonus": {"entropy_coef": 0.05},
     "KL-Cov k=0.002": {"loss_mode": "kl_cov", "kl_cov_ratio": 0.002, "kl_cov_coef": 1.0},
     "KL-Cov k=0.05": {"loss_mode": "kl_cov", "kl_cov_ratio": 0.05, "kl_cov_coef": 1.0},
+    "Clip-Cov r=0.0002": {"clip_cov_ratio": 2e-4},
+    "Clip-Cov r=0.02": {"clip_cov_ratio": 0.02},
+    "top-20% entropy tokens": {"top_entropy_quantile": 0.2},
 }
 
 
@@ -115,13 +122,80 @@ def merge(parts: list[str]) -> None:
     record_splits_entropy()
 
 
+def results_section(payload: dict) -> str:
+    """RESULTS.md section 11b from entropy.json: medians, worst seed and compare_seeds p-values
+    against no remedy, and Cui et al.'s R = -a exp(H) + b fitted to the collapsing runs."""
+    import statistics
+
+    import torch
+
+    from pgrl_helpers.seed_stats import compare_seeds
+
+    runs, c = payload["runs"], payload["collapse_config"]
+    none = runs["none (GRPO)"]
+    rows, n_tests = [], 0
+    for name, rs in runs.items():
+        h = [x["final_entropy"] for x in rs]
+        t = [x["final_test_exact"] for x in rs]
+        r = [x["final_reward"] for x in rs]
+        if name == "none (GRPO)":
+            p_h = p_t = "-"
+        else:
+            p_h = f"{compare_seeds(h, [x['final_entropy'] for x in none])['p_value']:.3f}"
+            p_t = f"{compare_seeds(t, [x['final_test_exact'] for x in none])['p_value']:.3f}"
+            n_tests += 2
+        rows.append(
+            f"| {name} | {statistics.median(h):.3f} | {min(h):.3f} | {statistics.median(r):.3f} "
+            f"| {statistics.median(t):.2f} | {min(t):.2f} | {p_h} | {p_t} |"
+        )
+    entropy = torch.tensor([v for x in none for v in x["step_entropy"]], dtype=torch.float64)
+    reward = torch.tensor([v for x in none for v in x["step_reward"]], dtype=torch.float64)
+    design = torch.stack([-entropy.exp(), torch.ones_like(entropy)], dim=1)
+    a, b = torch.linalg.lstsq(design, reward[:, None]).solution.flatten().tolist()
+    fitted = a * -entropy.exp() + b
+    r2 = 1 - ((reward - fitted) ** 2).sum().item() / ((reward - reward.mean()) ** 2).sum().item()
+    final = statistics.fmean(x["final_reward"] for x in none)
+    seeds = ", ".join(map(str, payload["seeds"]))
+    settings = "; ".join(f"{k}: {v}" for k, v in payload["remedies"].items() if v)
+    return "\n".join(
+        [
+            "## 11b. Entropy collapse and its remedies (`bench_entropy.py`, notebook 11 section 7)",
+            "",
+            f"The collapsing run: GRPO (clipped, token mean) on the task of section 11 with lr "
+            f"{c['learning_rate']:g}, no entropy bonus, {c['num_epochs']} epochs (no early stop); "
+            f"the remedies change one dial each on the same seeds {seeds}: {settings}. Final "
+            "entropy and reward: mean over the last epoch's optimizer steps; test exact: the "
+            "loop's test split (10 sets of values), scored once per run at its end, choosing "
+            "nothing. p: `seed_stats.compare_seeds` (exact permutation over the seeds) against no "
+            f"remedy; {n_tests} tests, Bonferroni threshold {0.05 / n_tests:.4f}.",
+            "",
+            "| setting | final entropy (median) | final entropy (lowest seed) | final training "
+            "reward (median) | test exact (median) | test exact (worst seed) | p entropy vs none "
+            "| p test exact vs none |",
+            "|---|---|---|---|---|---|---|---|",
+            *rows,
+            "",
+            f"Cui et al.'s R = -a exp(H) + b fitted by least squares to every optimizer step of "
+            f"the collapsing runs: a = {a:.3f}, b = {b:.3f}, R^2 = {r2:.2f}; predicted ceiling at "
+            f"H = 0: {b - a:.3f}, mean training reward of their last epoch: {final:.3f}.",
+            "",
+        ]
+    )
+
+
 if __name__ == "__main__":
     # usage: bench_entropy.py                          (every setting, one process)
     #        bench_entropy.py --part a "clip-higher"   (a subset, saved as entropy_a.json)
     #        bench_entropy.py --merge a b              (combine the parts into entropy.json)
     #        bench_entropy.py --record-splits          (add the split record to entropy.json)
     args = sys.argv[1:]
-    if args[:1] == ["--record-splits"]:
+    if args[:1] == ["--section"]:
+        import json
+
+        from _common import RESULTS_DIR
+
+        print(results_section(json.loads((RESULTS_DIR / "entropy.json").read_text())))
+    elif args[:1] == ["--record-splits"]:
         record_splits_entropy()
     elif args[:1] == ["--merge"]:
         merge(args[1:])
