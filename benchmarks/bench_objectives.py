@@ -242,7 +242,13 @@ def write(summary: list[dict], results: dict, part_loads) -> None:
         for r in rs:
             assert r.pop("splits") == split_keys, "every run shares one split"
     splits = loop_splits(BASE, "bench_objectives.py")
+    chosen = tuning["chosen"]
+    caveats = []
+    if len(set(chosen.values())) == 1 and min(chosen.values()) == min(TUNING_LRS):
+        caveats.append(f"The tuning grid's lower edge ({min(TUNING_LRS):g}) was chosen for every "
+                       "objective: lower rates were not tried.")  # fmt: skip
     save("objectives", {"target": TARGET, "max_epochs": MAX_EPOCHS, "seeds": list(SEEDS),
+                        "caveats": caveats,
                         "tuning": tuning, "split_keys": split_keys,
                         "splits": record_splits({}, validation=splits["validation"],
                                                 test=splits["test"], recipe=LEADERBOARD_RECIPE,
@@ -429,9 +435,14 @@ def results_section() -> str:
             '"Responses to target" counts every sampled response (DAPO\'s resampled ones included); '
             '"collapsed": `pgrl_helpers.collapse.is_collapsed`, the course\'s one rule (mean token '
             "entropy of the last 5 epochs below 0.1 nats and final *validation* exact below the "
-            "target; a run that reached the target is never collapsed; the test set is never read; "
-            "this run logged entropy every 5 epochs, so the rule reads the value logged in the last "
-            "5). The test split scores each objective once per run and chooses nothing. "
+            "target; a run that reached the target is never collapsed; the test set is never read"
+            + (
+                "; this run logged entropy every 5 epochs, so the rule reads the value logged in "
+                "the last 5). "
+                if any(r["entropy_epochs"][:2] == [5, 10] for rs in runs.values() for r in rs)
+                else "). "
+            )
+            + "The test split scores each objective once per run and chooses nothing. "
             f"Leaderboard CPU: {cpu:.0f} s. Wall times come from a shared 2-core CPU (load averages "
             f"at the end of the worker processes: {r['part_load_averages']}): compare only within "
             "this table.",
