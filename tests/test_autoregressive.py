@@ -302,8 +302,8 @@ def test_fixed_length_models_keep_their_loss_under_every_aggregation():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(model="transformer"), "needs model 'autoregressive'"),
-        (dict(task="sort"), "only wired to 'sort_dedup'"),
+        (dict(model="transformer"), "need model 'autoregressive'"),
+        (dict(task="sort"), "only wired to those tasks"),
         (dict(loss_aggregation="sum"), "valid values are"),
         (dict(epsilon_high=0.0), "epsilon_high"),
         (dict(max_response_length=P), "max_response_length"),
