@@ -96,6 +96,14 @@ def run_policy_gradient(
         torch.set_num_threads(threads_before)
 
 
+def _score(task, prompts, responses, epoch: int, step: int) -> torch.Tensor:
+    """The task's rewards float[batch, trial]; a reward function's ValueError names where."""
+    try:
+        return task.reward(prompts, responses)
+    except ValueError as err:
+        raise ValueError(f"rewards at epoch {epoch}, step {step}: {err}") from err
+
+
 def _train(config: TrainConfig, callback, policy) -> History:
     """The loop (after validation and thread setup): read it top to bottom."""
     task = config.build_task()
@@ -135,10 +143,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
         responses, mask = source.sample(prompts, config.num_responses, sample_generator)
         counters["responses_sampled"] += responses.shape[0] * responses.shape[1]
         clock.lap("sampling")
-        try:
-            rewards = task.reward(prompts, responses)  # [batch, trial]
-        except ValueError as err:
-            raise ValueError(f"rewards at epoch {epoch}, step {counters['step']}: {err}") from err
+        rewards = _score(task, prompts, responses, epoch, counters["step"])  # [batch, trial]
         rollout = batch_filter(Rollout(prompts, responses, mask, rewards, resample=draw), config)
         clock.lap("reward")
 
@@ -148,8 +153,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
         # one, as TRL's GRPOTrainer does at num_iterations=1 (``_reuses_step_log_probs``).
         reuse = _reuses_step_log_probs(config, source)
         with torch.no_grad():
-            if not reuse:
-                rollout.old_log_probs = source.old_log_probs(rollout)  # [batch, trial, pos]
+            rollout.old_log_probs = None if reuse else source.old_log_probs(rollout)  # [b, t, pos]
             if config.kl_penalty > 0:
                 rollout.ref_log_probs = history.ref_model.log_probs(
                     rollout.prompts, rollout.responses
@@ -180,8 +184,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
             _check_finite(loss.detach(), "loss", *where)
             optimizer.zero_grad()
             loss.backward()
-            grad_norm = _grad_norm(policy)
-            _check_finite(grad_norm, "gradient norm", *where)
+            grad_norm = _grad_norm(policy, *where)  # checked finite
             record = _step_record(config, rollout, log_probs, loss, kl, entropy, grad_norm)
             optimizer.step()
             source.after_optimizer_step()
@@ -316,9 +319,13 @@ def _evaluate(history, task, config, epochs_done, step, responses_sampled) -> bo
     return target is not None and scores["exact_sort"] >= target
 
 
-def _grad_norm(model: torch.nn.Module) -> torch.Tensor:
-    """L2 norm of all the parameters' gradients together."""
-    return torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+def _grad_norm(model: torch.nn.Module, epoch: int, step: int) -> torch.Tensor:
+    """L2 norm of all the parameters' gradients together; a ValueError names epoch and step
+    if it is not finite."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm(grads)
+    _check_finite(norm, "gradient norm", epoch, step)
+    return norm
 
 
 def _hold_out(history, task, config) -> torch.Tensor:
