@@ -225,6 +225,31 @@ def split_record(split_id: str, *, seed: int | None, sizes: dict, key: str, note
     return record
 
 
+#: What each task's held-out key is, in words (stored beside the keys by ``split_keys``).
+KEY_DESCRIPTIONS = {
+    "sort": "multiset of the prompt (SortTask.prompt_key)",
+    "sort_dedup": "set of distinct values (SortDedupTask.prompt_key, a bit mask)",
+}
+
+
+def split_keys(config, validation, test) -> dict:
+    """The keys themselves of a run's validation and test prompts (int[n, prompt_pos] each),
+    with seed, size and what the key is, so a test can check the splits are disjoint from each
+    other and from training. ``record_splits`` keeps the summary; this keeps the evidence."""
+    task = config.build_task()
+    record = {}
+    for name, prompts in (("validation", validation), ("test", test)):
+        keys = sorted(set(task.prompt_key(prompts).tolist()))
+        record[name] = {
+            "seed": config.eval_seed,
+            "size": int(prompts.shape[0]),
+            "distinct_keys": len(keys),
+            "key": KEY_DESCRIPTIONS[config.task],
+            "keys": keys,
+        }
+    return record
+
+
 def loop_splits(config, benchmark: str) -> dict:
     """Validation and test records of ``run_policy_gradient``'s held-out split for ``config``.
 

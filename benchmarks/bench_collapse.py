@@ -38,7 +38,7 @@ import time
 from dataclasses import replace
 
 import torch
-from _common import RESULTS_DIR, markdown_table, save, setup
+from _common import RESULTS_DIR, markdown_table, save, setup, split_keys
 
 from pgrl_helpers.autoregressive import sample_with_mask
 from pgrl_helpers.collapse import ENTROPY_THRESHOLD, TAIL_EPOCHS, end_entropy, is_collapsed
@@ -166,22 +166,6 @@ def run_setting(name: str, seed: int, epochs: int) -> dict:
     return result
 
 
-def split_record(config: TrainConfig) -> dict:
-    """The validation and test splits every run shares: seed, sizes, key and the keys."""
-    task = config.build_task()
-    record = {}
-    for name, prompts in zip(("validation", "test"), make_heldout_split(config)):
-        keys = sorted(set(task.prompt_key(prompts).tolist()))
-        record[name] = {
-            "seed": config.eval_seed,
-            "size": int(prompts.shape[0]),
-            "distinct_keys": len(keys),
-            "key": "set of distinct values (SortDedupTask.prompt_key, a bit mask)",
-            "keys": keys,
-        }
-    return record
-
-
 def comparisons(runs: list[dict]) -> dict:
     """Each other setting against notebook 08's on test exact (``compare_seeds``)."""
     first, *others = SETTINGS
@@ -228,7 +212,7 @@ def relabel() -> None:
         r["collapsed"] = is_collapsed(c["validation_exact"], c["entropy"], payload["target"])
     payload["collapse_definition"] = collapse_definition()
     payload.pop("splits", None)
-    payload["split_keys"] = split_record(CONFIG)
+    payload["split_keys"] = split_keys(CONFIG, *make_heldout_split(CONFIG))
     payload["comparisons"] = comparisons(payload["runs"])
     payload["table"] = summary_table(payload["runs"])
     payload["relabelled_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
@@ -326,7 +310,7 @@ def main(argv: list[str]) -> None:
             "max_epochs": epochs,
             "target": TARGET,
             "collapse_definition": collapse_definition(),
-            "split_keys": split_record(CONFIG),
+            "split_keys": split_keys(CONFIG, *make_heldout_split(CONFIG)),
             "comparisons": comparisons(runs),
             "total_cpu_seconds": round(sum(r["cpu_seconds"] for r in runs), 1),
             "runs": runs,

@@ -34,7 +34,15 @@ import sys
 import time
 from dataclasses import replace
 
-from _common import RESULTS_DIR, loop_splits, markdown_table, record_splits, save, setup
+from _common import (
+    RESULTS_DIR,
+    loop_splits,
+    markdown_table,
+    record_splits,
+    save,
+    setup,
+    split_keys,
+)
 
 from pgrl_helpers.collapse import ENTROPY_THRESHOLD, TAIL_EPOCHS, is_collapsed
 from pgrl_helpers.history import per_epoch
@@ -113,25 +121,8 @@ def run(config: TrainConfig) -> dict:
         "curve": curve,
         "validation_curve": validation_curve,
         "entropy": entropy,
-        "splits": split_record(history),
+        "splits": split_keys(history.config, history.heldout_prompts, history.test_prompts),
     }
-
-
-def split_record(history) -> dict:
-    """The run's validation and test splits: seed, sizes, key and the keys themselves."""
-    config = history.config
-    task = config.build_task()
-    record = {}
-    for name, prompts in (("validation", history.heldout_prompts), ("test", history.test_prompts)):
-        keys = sorted(set(task.prompt_key(prompts).tolist()))
-        record[name] = {
-            "seed": config.eval_seed,
-            "size": int(prompts.shape[0]),
-            "distinct_keys": len(keys),
-            "key": "set of distinct values (SortDedupTask.prompt_key, a bit mask)",
-            "keys": keys,
-        }
-    return record
 
 
 def tune(names: list[str], part: str, lrs: tuple[float, ...] = TUNING_LRS) -> None:
@@ -237,10 +228,10 @@ def write(summary: list[dict], results: dict, part_loads) -> None:
               "entropy_coef", "num_eval_prompts")}  # fmt: skip
     tuning = {"lrs": list(TUNING_LRS), "seed": TUNING_SEED, "epochs": TUNING_EPOCHS,
               "chosen": chosen_learning_rates(), "selected_by": "final validation exact"}  # fmt: skip
-    split_keys = next(iter(results.values()))[0]["splits"]
+    shared_keys = next(iter(results.values()))[0]["splits"]
     for rs in results.values():
         for r in rs:
-            assert r.pop("splits") == split_keys, "every run shares one split"
+            assert r.pop("splits") == shared_keys, "every run shares one split"
     splits = loop_splits(BASE, "bench_objectives.py")
     chosen = tuning["chosen"]
     caveats = []
@@ -249,7 +240,7 @@ def write(summary: list[dict], results: dict, part_loads) -> None:
                        "objective: lower rates were not tried.")  # fmt: skip
     save("objectives", {"target": TARGET, "max_epochs": MAX_EPOCHS, "seeds": list(SEEDS),
                         "caveats": caveats,
-                        "tuning": tuning, "split_keys": split_keys,
+                        "tuning": tuning, "split_keys": shared_keys,
                         "splits": record_splits({}, validation=splits["validation"],
                                                 test=splits["test"], recipe=LEADERBOARD_RECIPE,
                                                 benchmark="bench_objectives.py")["splits"],

@@ -56,7 +56,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
-from _common import RESULTS_DIR, loop_splits, record_splits, save, setup  # noqa: E402
+from _common import RESULTS_DIR, loop_splits, record_splits, save, setup, split_keys  # noqa: E402
 
 from pgrl_helpers.seed_stats import compare_seeds  # noqa: E402
 from pgrl_helpers.training import TrainConfig, run_policy_gradient  # noqa: E402
@@ -120,22 +120,6 @@ def add_split_records(payload: dict) -> dict:
     )  # fmt: skip
 
 
-def split_record(history, config: TrainConfig) -> dict:
-    """The validation and test splits of a run: seed, sizes, key and the keys themselves."""
-    task = config.build_task()
-    record = {}
-    for name, prompts in (("validation", history.heldout_prompts), ("test", history.test_prompts)):
-        keys = sorted(set(task.prompt_key(prompts).tolist()))
-        record[name] = {
-            "seed": config.eval_seed,
-            "size": int(prompts.shape[0]),
-            "distinct_keys": len(keys),
-            "key": "multiset of the prompt (SortTask.prompt_key)",
-            "keys": keys,
-        }
-    return record
-
-
 def cell_name(k: int, correction: str, temperature: float = 1.0) -> str:
     if temperature != 1.0:
         return f"T={temperature:g}/{correction}"
@@ -164,7 +148,7 @@ def run(config: TrainConfig) -> dict:
         "final_entropy": statistics.mean(s["entropy"] for s in steps[-4 * 5 :]),
         "seconds": time.perf_counter() - t0,
         "cpu_seconds": time.process_time() - c0,
-        "splits": split_record(history, config),
+        "splits": split_keys(config, history.heldout_prompts, history.test_prompts),
     }
 
 
