@@ -49,11 +49,7 @@ RERUN_PENDING = {
 #: Test splits scored by more than one recipe whose JSON record says so, but whose prose is
 #: not in this helper's files this round (notebook 07 and RESULTS.md sections 3-5 belong to
 #: others). Strict xfail: once the prose says it, the entry must go.
-PROSE_OPEN = {
-    "bench_3_generalization.py": "notebook 07, README and RESULTS.md section 3 (not H7's)",
-    "bench_4_scaling.py": "notebook 07, README and RESULTS.md section 4 (not H7's)",
-    "bench_5_unseen_regime.py": "notebook 07, README and RESULTS.md section 5 (not H7's)",
-}
+PROSE_OPEN: dict[str, str] = {}  # benchmarks whose prose is known not to say it yet (none)
 
 
 def load_records(results_dir: Path = RESULTS, legacy: Path = LEGACY) -> dict[str, dict]:
