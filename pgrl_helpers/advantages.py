@@ -49,8 +49,8 @@ def compute_deltas(
     * ``centered_rewards``: delta = r - mean(r). The group mean as baseline (GRPO
       without the std; Dr. GRPO's choice). A group whose rewards tie gets all zeros.
     * ``normalized_rewards``: delta = (r - mean(r)) / (max(std(r), std_floor) + eps),
-      std the sample (unbiased) std as ``torch.std`` computes it, as in the GRPO
-      paper. The floor keeps near-equal rewards from being blown up to +-0.7 by a
+      std the sample std with the n - 1 divisor, as ``torch.std`` and TRL compute it
+      (DeepSeekMath, arXiv 2402.03300, writes only std(r)). The floor keeps near-equal rewards from being blown up to +-0.7 by a
       tiny std (the lecture's plain 1e-5 does not). Needs G >= 2.
     * ``max_rewards``: keep r where it equals the group maximum, 0 elsewhere
       (winner takes all). A tied group keeps every reward unchanged.
