@@ -208,11 +208,20 @@ def test_notebook_07_runs_in_jupyterlab_with_live_widgets(sync_playwright, lab_s
 
 
 def wait_until_all_cells_ran(page, timeout_s: float = RUN_ALL_TIMEOUT_S) -> None:
-    """Wait until every code cell shows an execution count (none pending '[*]')."""
+    """Wait until Run All has finished in the notebook on screen: no cell pending '[*]', the
+    last code cell shows an execution count and the kernel is idle. Only the visible notebook
+    panel counts (another open tab keeps its cells in the page), and only the last cell's count
+    is read: JupyterLab renders cells far off screen lazily, so their prompts may lag."""
     script = """() => {
-        const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')];
+        const panel = [...document.querySelectorAll('.jp-NotebookPanel')]
+            .find(el => !el.classList.contains('lm-mod-hidden'));
+        if (!panel) return false;
+        const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')];
         if (prompts.length === 0) return false;
-        return prompts.every(p => /\\[\\d+\\]/.test(p.innerText));
+        if (prompts.some(p => p.innerText.includes('*'))) return false;
+        const status = document.querySelector('.jp-StatusBar-Widget');
+        const idle = status !== null && status.innerText.includes('| Idle');
+        return idle && /\\[\\d+\\]/.test(prompts[prompts.length - 1].innerText);
     }"""
     page.wait_for_function(script, timeout=timeout_s * 1000, polling=500)
 
@@ -318,13 +327,53 @@ def tasks_lab(tmp_path_factory):
         log.close()
 
 
+def wait_for_own_kernel(page, base: str, token: str, path: str, timeout_s: float = 90) -> None:
+    """Wait until the server has an idle kernel for the notebook at ``path`` (accepting a kernel
+    dialog if shown). The status bar is not enough with a second notebook open: it can still
+    show the first notebook's idle kernel while this one's is starting, and a Run All sent then
+    runs nothing."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        dialog = page.locator(".jp-Dialog", has_text="Select Kernel")
+        if dialog.count():
+            dialog.get_by_role("button", name="Select").click()
+        with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=5) as reply:
+            sessions = json.loads(reply.read())
+        states = [
+            (x.get("kernel") or {}).get("execution_state") for x in sessions if x["path"] == path
+        ]
+        if "idle" in states:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"no idle kernel for {path} within {timeout_s:.0f} s")
+
+
+def click_run_all(page) -> None:
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+
+
 def run_all_in_workspace(page, base: str, token: str, path: str) -> str:
     """Open ``path`` (relative to the workspace) in JupyterLab, Run All, return the outputs."""
     page.goto(f"{base}/lab/tree/{path}?token={token}", timeout=90_000)
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+    wait_for_own_kernel(page, base, token, path)
     wait_for_idle_kernel(page)
-    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    # a committed notebook arrives with its stored execution counts: clear them first, so a
+    # count on the last cell can only come from this run
+    page.locator(".lm-MenuBar-itemLabel", has_text="Edit").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Clear Outputs of All Cells").first.click()
+    click_run_all(page)
+    first_cell_started = """() => {
+        const panel = [...document.querySelectorAll('.jp-NotebookPanel')]
+            .find(el => !el.classList.contains('lm-mod-hidden'));
+        const prompt = panel && panel.querySelector('.jp-CodeCell .jp-InputArea-prompt');
+        return prompt !== null && /\\[(\\*|\\d+)\\]/.test(prompt.innerText);
+    }"""
+    try:  # the first cell shows [*] or [1]: the run started (else send Run All once more)
+        page.wait_for_function(first_cell_started, timeout=30_000, polling=250)
+    except Exception:
+        click_run_all(page)
     wait_until_all_cells_ran(page)
     return "\n".join(page.locator(".jp-OutputArea-output").all_inner_texts())
 
@@ -356,6 +405,7 @@ def test_tasks_lab_runs_an_assignment_and_a_notebook_and_leaves_the_repository_a
             page.keyboard.press("Control+s")  # a student saves: the workspace copy, only
             text = run_all_in_workspace(page, base, token, f"notebooks/{FIRST_NOTEBOOK}")
             assert "Traceback (most recent call last)" not in text, tail_with(text, "Traceback")
+            assert "PPO / GRPO" in text, "the outputs were cleared, so this one is from this run"
             page.screenshot(path=str(ARTIFACTS / "browser_tasks_lab.png"), full_page=False)
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "browser_tasks_lab_failure.png"), full_page=True)
