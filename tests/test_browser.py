@@ -61,6 +61,22 @@ def api_status(url: str) -> int:
         return err.code
 
 
+def wait_for_server(proc, base: str, token: str, log: Path, what: str, timeout_s: float) -> None:
+    """Poll the server's status API until it answers 200; fail with the log if it exits."""
+    deadline = time.time() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"{what} exited: {log.read_text()[-2000:]}")
+        try:
+            if api_status(f"{base}/api/status?token={token}") == 200:
+                return
+        except OSError:
+            pass
+        if time.time() > deadline:
+            pytest.fail(f"{what} did not answer within {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
 @pytest.fixture(scope="module")
 def sync_playwright():
     return load_sync_playwright("browser test", HOW_TO_ENABLE)
@@ -120,18 +136,7 @@ def lab_server(tmp_path_factory):
     proc = subprocess.Popen(cmd, env=env, cwd=tmp, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 90
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"jupyter lab exited: {(tmp / 'jupyter.log').read_text()[-2000:]}")
-            try:
-                if api_status(f"{base}/api/status?token={token}") == 200:
-                    break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                pytest.fail("jupyter lab did not answer within 90 s")
-            time.sleep(0.5)
+        wait_for_server(proc, base, token, tmp / "jupyter.log", "jupyter lab", 90)
         assert api_status(f"{base}/api/status") == 403, "the server must require the token"
         yield base, token, served
     finally:
@@ -305,18 +310,7 @@ def tasks_lab(tmp_path_factory):
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.time() + 120
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"tasks.py lab exited: {(tmp / 'lab.log').read_text()[-2000:]}")
-            try:
-                if api_status(f"{base}/api/status?token={token}") == 200:
-                    break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                pytest.fail("tasks.py lab did not answer within 120 s")
-            time.sleep(0.5)
+        wait_for_server(proc, base, token, tmp / "lab.log", "tasks.py lab", 120)
         yield base, token, tmp / "workspace", status_before
     finally:
         proc.terminate()
