@@ -24,7 +24,7 @@ from pgrl_helpers import checks  # noqa: E402
 from pgrl_helpers.training import run_policy_gradient  # noqa: E402
 
 FIXES = {
-    "A": {"kl_penalty": 0.0},
+    "A": {"kl_coef": 0.0},
     "B": {"learning_rate": 3e-3},
     "C": {"detach_old_log_probs": True},
 }
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         tests.append(last["test_exact_sort"])
         print(
             f"seed {seed}: stop {history.stop_reason}, validation "
-            f"{last['heldout_exact_sort']:.0%}, test {last['test_exact_sort']:.0%} after "
+            f"{last['validation_exact_sort']:.0%}, test {last['test_exact_sort']:.0%} after "
             f"{last['responses_sampled']:,} responses, held-out prompts trained on: "
             f"{history.train_prompts_with_heldout_key} -> {'pass' if passed else 'FAIL'}"
         )

@@ -79,7 +79,7 @@ def train_to_target(
 
     The loop holds out validation and test prompts by the task's key (for 'sort' with random
     prompts: the multiset), so no training batch contains a validation or test multiset.
-    The stopping rule is the loop's own (``target_heldout_exact_sort``, validation only);
+    The stopping rule is the loop's own (``target_validation_exact_sort``, validation only);
     ``test_exact_sort_at_target`` is the test set's score when validation first reached the
     target, ``test_exact_sort`` its score at the end, a set the rule never reads. With
     ``epochs_after_target`` > 0 the run keeps training that many epochs after the target
@@ -95,7 +95,7 @@ def train_to_target(
     from pgrl_helpers.training import run_policy_gradient
 
     config = replace(
-        config, target_heldout_exact_sort=target, epochs_after_target=epochs_after_target
+        config, target_validation_exact_sort=target, epochs_after_target=epochs_after_target
     )
     start, cpu_start = time.perf_counter(), time.process_time()
     at_target: dict = {}
@@ -113,7 +113,7 @@ def train_to_target(
     evals = history.evals()
     per_response = config.batch_prompts * config.num_responses
     curve = [  # (responses sampled, validation exact, test exact)
-        (e["responses_sampled"], e["heldout_exact_sort"], e["test_exact_sort"]) for e in evals
+        (e["responses_sampled"], e["validation_exact_sort"], e["test_exact_sort"]) for e in evals
     ]
     reached = history.target_epoch is not None
     first = next((e for e in evals if e["epoch"] == history.target_epoch), evals[-1])
@@ -129,7 +129,7 @@ def train_to_target(
         "epochs_after_target": epochs_after_target,
         "responses_sampled": epochs * per_response,
         "prompts_seen": epochs * config.batch_prompts,
-        "validation_exact_sort": first["heldout_exact_sort"],
+        "validation_exact_sort": first["validation_exact_sort"],
         "test_exact_sort_at_target": first["test_exact_sort"],
         "test_exact_sort": evals[-1]["test_exact_sort"],
         "largest_drop_after_target": history.largest_drop_after_target() if reached else None,
@@ -137,10 +137,10 @@ def train_to_target(
             history.largest_drop_after_target("test_exact_sort") if reached else None
         ),
         "min_validation_after_target": min(
-            (e["heldout_exact_sort"] for e in evals if reached and e["epoch"] >= epochs),
+            (e["validation_exact_sort"] for e in evals if reached and e["epoch"] >= epochs),
             default=None,
         ),
-        "num_validation": len(history.heldout_prompts),
+        "num_validation": len(history.validation_prompts),
         "num_test": len(history.test_prompts),
         "train_prompts_with_heldout_key": history.train_prompts_with_heldout_key,
         "final_response_length": history.steps()[-1]["response_length"],
@@ -167,8 +167,6 @@ def save_seed_runs(
     """
     import matplotlib.pyplot as plt
 
-    from pgrl_helpers.training import build_model
-
     fig, ax = plt.subplots(figsize=(7, 4))
     for r in runs:
         ax.plot([c[0] for c in r["curve"]], [c[1] for c in r["curve"]], label=f"seed {r['seed']}")
@@ -184,7 +182,7 @@ def save_seed_runs(
         name,
         {
             "config": {k: (v if not callable(v) else v.__name__) for k, v in vars(config).items()},
-            "parameters": sum(p.numel() for p in build_model(config).parameters()),
+            "parameters": sum(p.numel() for p in config.build_policy().parameters()),
             "runs": runs,
             "table": table,
             "verdict": verdict,

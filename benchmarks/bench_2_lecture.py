@@ -20,13 +20,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from _common import RESULTS_DIR, markdown_table, save, setup  # noqa: E402
 
+from pgrl_helpers.config import TrainConfig  # noqa: E402
+from pgrl_helpers.history import history_columns  # noqa: E402
 from pgrl_helpers.sort_task import lecture_prompts  # noqa: E402
-from pgrl_helpers.training import (  # noqa: E402
-    TrainConfig,
-    build_model,
-    history_columns,
-    run_policy_gradient,
-)
+from pgrl_helpers.training import run_policy_gradient  # noqa: E402
 
 SEEDS = (0, 1, 2)
 RATE_SEEDS = tuple(range(10))  # for the success rate of the best setting
@@ -76,7 +73,7 @@ def saturated_fraction(config: TrainConfig) -> float:
     puts > 0.99 probability on one token: there sampling never tries anything else and
     the softmax gradient vanishes, so no on-policy setting can move them."""
     with torch.no_grad():
-        probs = torch.softmax(build_model(config)(lecture_prompts()), dim=-1)  # [3, pos, vocab]
+        probs = torch.softmax(config.build_policy()(lecture_prompts()), dim=-1)  # [3, pos, vocab]
     return (probs.max(dim=-1).values > 0.99).float().mean().item()
 
 
@@ -87,7 +84,7 @@ def run(config: TrainConfig) -> dict:
     return {
         "final_mean_reward": steps["mean_reward"][-1],
         "train_sorted": round(last_eval["train_exact_sort"] * 3),
-        "heldout_exact_sort": last_eval["heldout_exact_sort"],
+        "validation_exact_sort": last_eval["validation_exact_sort"],
         "final_entropy": steps["entropy"][-1],
         "mean_reward_per_epoch": steps["mean_reward"][:: config.num_steps_per_epoch],
     }
@@ -101,7 +98,7 @@ def summarise(label: str, runs: list[dict], max_reward: float) -> list:
         " / ".join(f"{x:.2f}" for x in rewards),
         f"{sum(rewards) / len(rewards):.2f} of {max_reward:g}",
         " / ".join(f"{c}/3" for c in sorted_counts),
-        f"{sum(r['heldout_exact_sort'] for r in runs) / len(runs):.2f}",
+        f"{sum(r['validation_exact_sort'] for r in runs) / len(runs):.2f}",
     ]
 
 

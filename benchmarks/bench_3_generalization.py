@@ -26,7 +26,7 @@ import matplotlib
 matplotlib.use("Agg")
 from _common import markdown_table, median, save_seed_runs, setup, train_to_target  # noqa: E402
 
-from pgrl_helpers.training import TrainConfig  # noqa: E402
+from pgrl_helpers.config import TrainConfig  # noqa: E402
 
 SEEDS = (0, 1, 2, 3, 4)
 GOAL = 0.99  # median test exact-sort on unseen multisets
@@ -55,7 +55,7 @@ CONFIG = TrainConfig(
     deltas_mode="centered_rewards",
     loss_mode="clipped",
     epsilon=0.2,
-    kl_penalty=0.0,
+    kl_coef=0.0,
     eval_every=5,
     num_eval_prompts=200,  # 200 validation + 200 test multisets of 2002: a fifth held out
 )

@@ -30,11 +30,7 @@ from _common import RESULTS_DIR, markdown_table, median, save, setup, train_to_t
 from bench_3_generalization import CONFIG  # noqa: E402
 
 from pgrl_helpers.sort_task import make_prompts, sorted_responses  # noqa: E402
-from pgrl_helpers.training import (  # noqa: E402
-    build_model,
-    evaluate_greedy,
-    make_heldout_split,
-)
+from pgrl_helpers.training import evaluate_greedy, heldout_split  # noqa: E402
 
 LENGTHS = (3, 4, 5, 6)
 SEEDS = (0, 1, 2)
@@ -56,10 +52,10 @@ def train_sft(config, target: float = TARGET, max_seconds: float = MAX_SECONDS) 
     """Supervised reference: cross-entropy on sorted(prompt), same model/optimizer/held-out."""
     torch.manual_seed(config.seed)
     start, cpu_start = time.perf_counter(), time.process_time()
-    model = build_model(config)
+    model = config.build_policy()
     optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
     task = config.build_task()
-    validation, test_prompts = make_heldout_split(config)  # the GRPO runs' split, by multiset
+    validation, test_prompts = heldout_split(config)  # the GRPO runs' split, by multiset
     heldout_keys = task.prompt_key(torch.cat([validation, test_prompts]))
     generator = torch.Generator().manual_seed(config.seed)
     steps, reached, score = 0, False, 0.0

@@ -27,7 +27,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from _common import RESULTS_DIR, markdown_table, median, save, setup  # noqa: E402
 
-from pgrl_helpers.training import TrainConfig, build_model, run_policy_gradient  # noqa: E402
+from pgrl_helpers.config import TrainConfig  # noqa: E402
+from pgrl_helpers.training import run_policy_gradient  # noqa: E402
 
 SEEDS = (0, 1, 2)
 GOALS = (0.95, 0.99)
@@ -62,7 +63,7 @@ CONFIG = TrainConfig(
     epsilon=0.2,
     eval_every=10,
     num_eval_prompts=500,  # 500 validation + 500 test multisets, one prompt each
-    target_heldout_exact_sort=GOALS[-1],
+    target_validation_exact_sort=GOALS[-1],
     epochs_after_target=EPOCHS_AFTER_TARGET,
 )
 
@@ -89,9 +90,9 @@ def train(config: TrainConfig) -> dict:
             "responses": e["responses_sampled"],
             "wall_s": stamps.get(e["epoch"], end)[0],
             "cpu_s": stamps.get(e["epoch"], end)[1],
-            "validation": e["heldout_exact_sort"],
+            "validation": e["validation_exact_sort"],
             "test": e["test_exact_sort"],
-            "validation_reward": e["heldout_mean_reward"],
+            "validation_reward": e["validation_mean_reward"],
         }
         for e in history.evals()
     ]
@@ -231,7 +232,7 @@ def main() -> None:
         NAME,
         {
             "config": {k: v for k, v in vars(CONFIG).items() if not callable(v)},
-            "parameters": sum(p.numel() for p in build_model(CONFIG).parameters()),
+            "parameters": sum(p.numel() for p in CONFIG.build_policy().parameters()),
             "num_multisets": task.num_keys(),
             "num_multisets_formula": "C(20 + 8 - 1, 8)",
             "max_cpu_seconds_per_seed": MAX_CPU_SECONDS,

@@ -21,7 +21,8 @@ import matplotlib
 matplotlib.use("Agg")
 from _common import markdown_table, median, save_seed_runs, setup, train_to_target  # noqa: E402
 
-from pgrl_helpers.training import TrainConfig, make_heldout_split  # noqa: E402
+from pgrl_helpers.config import TrainConfig  # noqa: E402
+from pgrl_helpers.training import heldout_split  # noqa: E402
 
 SEEDS = (0, 1, 2, 3, 4)
 GOAL = 0.95  # on the test sets of values
@@ -68,7 +69,7 @@ def run(config: TrainConfig, max_seconds: float) -> dict:
     result = train_to_target(
         config, VALIDATION_TARGET, max_seconds=max_seconds, epochs_after_target=EPOCHS_AFTER_TARGET
     )
-    _, test_prompts = make_heldout_split(config)
+    _, test_prompts = heldout_split(config)
     distinct = [len(set(p)) for p in test_prompts.tolist()]
     return result | {
         "validation_exact": result["validation_exact_sort"],

@@ -42,14 +42,10 @@ from _common import RESULTS_DIR, markdown_table, save, setup, split_keys
 
 from pgrl_helpers.autoregressive import sample_with_mask
 from pgrl_helpers.collapse import ENTROPY_THRESHOLD, TAIL_EPOCHS, end_entropy, is_collapsed
-from pgrl_helpers.history import per_epoch
+from pgrl_helpers.config import TrainConfig
+from pgrl_helpers.history import history_columns, per_epoch
 from pgrl_helpers.seed_stats import compare_seeds
-from pgrl_helpers.training import (
-    TrainConfig,
-    history_columns,
-    make_heldout_split,
-    run_policy_gradient,
-)
+from pgrl_helpers.training import heldout_split, run_policy_gradient
 
 SEEDS = (0, 1, 2, 3, 4)
 EPOCHS = 150  # notebook 08's MAIN_EPOCHS
@@ -79,7 +75,7 @@ CONFIG = TrainConfig(
     learning_rate=3e-3,
     eval_every=10,
     num_eval_prompts=42,
-    target_heldout_exact_sort=TARGET,
+    target_validation_exact_sort=TARGET,
 )
 
 #: name -> (G, entropy_coef); the first is notebook 08's setting.
@@ -99,7 +95,7 @@ def value_recall(history, num_samples: int = RECALL_SAMPLES) -> list[float | Non
     """
     config = history.config
     eos = config.vocab_size
-    prompts = torch.cat([history.heldout_prompts, history.test_prompts])  # [n, pos]
+    prompts = torch.cat([history.validation_prompts, history.test_prompts])  # [n, pos]
     generator = torch.Generator().manual_seed(config.seed + 7)
     with torch.no_grad():
         responses, mask = sample_with_mask(history.model, prompts, num_samples, generator)
@@ -122,7 +118,7 @@ def run(config: TrainConfig) -> dict:
     evals = history_columns(history, "eval")
     entropy = per_epoch(history, "entropy")
     final_entropy = end_entropy(entropy)
-    validation = evals["heldout_exact_sort"][-1]
+    validation = evals["validation_exact_sort"][-1]
     reached = history.stop_reason == "target"
     return {
         "seed": config.seed,
@@ -134,7 +130,7 @@ def run(config: TrainConfig) -> dict:
         "final_validation_exact": validation,
         "final_test_exact": evals["test_exact_sort"][-1],
         "final_entropy": final_entropy,
-        "collapsed": is_collapsed(evals["heldout_exact_sort"], entropy, TARGET),
+        "collapsed": is_collapsed(evals["validation_exact_sort"], entropy, TARGET),
         "value_recall": value_recall(history),
         "curves": {
             "epoch": list(range(len(entropy))),
@@ -142,7 +138,7 @@ def run(config: TrainConfig) -> dict:
             "entropy": entropy,
             "frac_reward_zero_std": per_epoch(history, "frac_reward_zero_std"),
             "eval_epoch": evals["epoch"],
-            "validation_exact": evals["heldout_exact_sort"],
+            "validation_exact": evals["validation_exact_sort"],
             "test_exact": evals["test_exact_sort"],
         },
     }
@@ -212,7 +208,7 @@ def relabel() -> None:
         r["collapsed"] = is_collapsed(c["validation_exact"], c["entropy"], payload["target"])
     payload["collapse_definition"] = collapse_definition()
     payload.pop("splits", None)
-    payload["split_keys"] = split_keys(CONFIG, *make_heldout_split(CONFIG))
+    payload["split_keys"] = split_keys(CONFIG, *heldout_split(CONFIG))
     payload["comparisons"] = comparisons(payload["runs"])
     payload["table"] = summary_table(payload["runs"])
     payload["relabelled_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
@@ -310,7 +306,7 @@ def main(argv: list[str]) -> None:
             "max_epochs": epochs,
             "target": TARGET,
             "collapse_definition": collapse_definition(),
-            "split_keys": split_keys(CONFIG, *make_heldout_split(CONFIG)),
+            "split_keys": split_keys(CONFIG, *heldout_split(CONFIG)),
             "comparisons": comparisons(runs),
             "total_cpu_seconds": round(sum(r["cpu_seconds"] for r in runs), 1),
             "runs": runs,

@@ -58,10 +58,10 @@ def one_run(job: tuple[str, str, int]) -> dict:
         "findings": [f.name for f in findings],
         "warnings": [f.name for f in findings if f.severity == "warning"],
         "cpu_seconds": time.process_time() - start,
-        "heldout_exact_first": evals[0]["heldout_exact_sort"],
-        "heldout_exact_final": evals[-1]["heldout_exact_sort"],
-        "heldout_reward_first": evals[0]["heldout_mean_reward"],
-        "heldout_reward_final": evals[-1]["heldout_mean_reward"],
+        "validation_exact_first": evals[0]["validation_exact_sort"],
+        "validation_exact_final": evals[-1]["validation_exact_sort"],
+        "validation_reward_first": evals[0]["validation_mean_reward"],
+        "validation_reward_final": evals[-1]["validation_mean_reward"],
         "train_exact_final": evals[-1].get("train_exact_sort"),
         "reward_first_epoch": steps[0]["mean_reward"],
         "reward_last_step": steps[-1]["mean_reward"],
@@ -111,7 +111,7 @@ def goal_comparison(runs: list[dict], seeds: tuple[int, ...]) -> dict:
     """Reward hacking: held-out exact-sort at the end, loophole reward vs the fix, per seed."""
     pick = {
         kind: {
-            r["seed"]: r["heldout_exact_final"]
+            r["seed"]: r["validation_exact_final"]
             for r in runs
             if r["finding"] == "reward_hacking" and r["kind"] == kind and r["seed"] in seeds
         }

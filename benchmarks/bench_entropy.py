@@ -35,7 +35,7 @@ from pgrl_helpers.training import run_policy_gradient
 SEEDS = (0, 1, 2, 3, 4)
 EPOCHS = 60
 COLLAPSE = replace(BASE, entropy_coef=0.0, learning_rate=1e-2, num_epochs=EPOCHS,
-                   target_heldout_exact_sort=None)  # fmt: skip
+                   target_validation_exact_sort=None)  # fmt: skip
 
 #: name -> the fields that differ from COLLAPSE.
 REMEDIES: dict[str, dict] = {
@@ -62,7 +62,7 @@ def run(config) -> dict:
         "step_entropy": [s["entropy"] for s in steps],
         "step_reward": [s["mean_reward"] for s in steps],
         "eval_epoch": [e["epoch"] for e in evals],
-        "validation_exact": [e["heldout_exact_sort"] for e in evals],
+        "validation_exact": [e["validation_exact_sort"] for e in evals],
         "test_exact": [e["test_exact_sort"] for e in evals],
         "final_entropy": sum(s["entropy"] for s in last) / len(last),
         "final_reward": sum(s["mean_reward"] for s in last) / len(last),

@@ -18,8 +18,10 @@ import statistics
 
 from _common import markdown_table, save, setup
 
+from pgrl_helpers.config import TrainConfig
+from pgrl_helpers.history import history_columns
 from pgrl_helpers.kl import policy_token_kl
-from pgrl_helpers.training import TrainConfig, build_model, history_columns, run_policy_gradient
+from pgrl_helpers.training import run_policy_gradient
 
 BETAS = (0.0, 0.03, 0.3, 1.0)
 SEEDS = (0, 1, 2)
@@ -48,18 +50,18 @@ CONFIG = TrainConfig(
 
 
 def run(beta: float, seed: int) -> dict:
-    config = dataclasses.replace(CONFIG, kl_penalty=beta, seed=seed)
-    model = build_model(config)
+    config = dataclasses.replace(CONFIG, kl_coef=beta, seed=seed)
+    model = config.build_policy()
     initial = copy.deepcopy(model).requires_grad_(False)
-    history = run_policy_gradient(config, model=model)
+    history = run_policy_gradient(config, policy=model)
     steps = history_columns(history, "step")
     per_epoch = steps["mean_reward"][:: config.num_steps_per_epoch]
-    kl = policy_token_kl(history.heldout_prompts, history.model, initial).sum(-1).mean()
+    kl = policy_token_kl(history.validation_prompts, history.model, initial).sum(-1).mean()
     return {
         "beta": beta,
         "seed": seed,
         "final_mean_reward": statistics.mean(per_epoch[-5:]),
-        "heldout_exact_sort": history.evals()[-1]["heldout_exact_sort"],
+        "validation_exact_sort": history.evals()[-1]["validation_exact_sort"],
         "kl_to_initial": kl.item(),
         "final_entropy": steps["entropy"][-1],
         "initial_entropy": steps["entropy"][0],
@@ -80,7 +82,7 @@ def main() -> None:
             [
                 f"{beta:g}",
                 f"{avg('final_mean_reward'):.2f}",
-                f"{avg('heldout_exact_sort'):.1%}",
+                f"{avg('validation_exact_sort'):.1%}",
                 f"{avg('kl_to_initial'):.3f}",
                 f"{avg('final_entropy'):.3f}",
             ]

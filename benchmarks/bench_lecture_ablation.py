@@ -34,7 +34,8 @@ import sys
 import torch
 from _common import RESULTS_DIR, markdown_table, save, setup
 
-from pgrl_helpers.training import TrainConfig, build_model, run_policy_gradient
+from pgrl_helpers.config import TrainConfig
+from pgrl_helpers.training import run_policy_gradient
 
 SEEDS = tuple(range(10))
 INIT_SCALE = 0.3
@@ -93,11 +94,11 @@ def run_one(changes: frozenset, seed: int, base: TrainConfig = LECTURE) -> dict:
     for name in sorted(changes):
         overrides.update(CHANGES[name])
     config = dataclasses.replace(base, seed=seed, **overrides)
-    model = build_model(config)
+    model = config.build_policy()
     if "init" in changes:
         with torch.no_grad():
             model.embedding.weight.mul_(INIT_SCALE)
-    history = run_policy_gradient(config, model=model)
+    history = run_policy_gradient(config, policy=model)
     last_eval = history.evals()[-1]
     last_step = history.steps()[-1]
     return {

@@ -32,10 +32,11 @@ import time
 import torch
 from _common import RESULTS_DIR, record_splits, save, setup
 
+from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.dedup_task import dedup_exact_reward
 from pgrl_helpers.history import per_epoch
 from pgrl_helpers.seed_stats import compare_seeds
-from pgrl_helpers.training import TrainConfig, run_policy_gradient
+from pgrl_helpers.training import run_policy_gradient
 
 SEEDS = tuple(range(10))
 EPOCHS = 12  # notebook 08's DRIFT_EPOCHS

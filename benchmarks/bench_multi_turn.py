@@ -28,9 +28,10 @@ from dataclasses import replace
 import torch
 from _common import machine, save, setup
 
+from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.seed_stats import compare_seeds, format_comparison
 from pgrl_helpers.tool_task import ToolCompareTask, run_tool_episodes
-from pgrl_helpers.training import TrainConfig, run_policy_gradient
+from pgrl_helpers.training import run_policy_gradient
 
 #: the shared recipe (chosen once so that the masked run learns on most seeds; not tuned
 #: per condition)
@@ -81,7 +82,7 @@ def run_one(config: TrainConfig) -> dict:
     return {
         "seed": config.seed,
         "train_reward": [r["mean_reward"] for r in steps],
-        "validation": [(e["epoch"], e["heldout_exact_sort"]) for e in history.evals()],
+        "validation": [(e["epoch"], e["validation_exact_sort"]) for e in history.evals()],
         "train_prompts_with_heldout_key": history.train_prompts_with_heldout_key,
         "seconds": seconds,
         "cpu_seconds": cpu_seconds,

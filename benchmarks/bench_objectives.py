@@ -45,9 +45,10 @@ from _common import (
 )
 
 from pgrl_helpers.collapse import ENTROPY_THRESHOLD, TAIL_EPOCHS, is_collapsed
+from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.history import per_epoch
 from pgrl_helpers.seed_stats import compare_seeds, permutation_p_value
-from pgrl_helpers.training import TrainConfig, make_heldout_split, run_policy_gradient
+from pgrl_helpers.training import heldout_split, run_policy_gradient
 
 SEEDS = (0, 1, 2, 3, 4)
 TARGET = 0.95
@@ -70,7 +71,7 @@ OBJECTIVES: dict[str, dict] = {
     "GRPO": {"loss_aggregation": "sequence_mean"},
     "Dr. GRPO": {"deltas_mode": "centered_rewards", "loss_aggregation": "constant_normalizer"},
     "DAPO": {"epsilon_high": 0.28, "batch_filter": "dapo", "dynamic_sampling_max_draws": 3},
-    "GSPO": {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4,
+    "GSPO": {"policy_objective": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4,
              "loss_aggregation": "sequence_mean"},
     "CISPO": {"loss_mode": "cispo", "epsilon": 1.0, "epsilon_high": 4.0},
     "RLOO": {"deltas_mode": "loo_rewards"},
@@ -88,7 +89,7 @@ def run(config: TrainConfig) -> dict:
 
     def point(history):
         e, s = history.evals()[-1], history.steps()[-1]
-        curve.append([time.perf_counter() - start, e["responses_sampled"], e["heldout_exact_sort"],
+        curve.append([time.perf_counter() - start, e["responses_sampled"], e["validation_exact_sort"],
                       s["mean_reward"], s["entropy"], s["response_length"]])  # fmt: skip
 
     def callback(epoch, history):
@@ -96,13 +97,13 @@ def run(config: TrainConfig) -> dict:
             point(history)
         return False
 
-    history = run_policy_gradient(replace(config, target_heldout_exact_sort=TARGET), callback)
+    history = run_policy_gradient(replace(config, target_validation_exact_sort=TARGET), callback)
     if history.stop_reason == "target":  # the loop stopped before the callback ran
         point(history)
     final, last = history.evals()[-1], history.steps()[-1]
     reached = history.stop_reason == "target"
     assert history.train_prompts_with_heldout_key == 0
-    validation_curve = [e["heldout_exact_sort"] for e in history.evals()]
+    validation_curve = [e["validation_exact_sort"] for e in history.evals()]
     entropy = per_epoch(history, "entropy")  # [epochs], at each epoch's first step
     return {
         "seed": config.seed,
@@ -112,8 +113,8 @@ def run(config: TrainConfig) -> dict:
         "responses_to_target": final["responses_sampled"] if reached else None,
         "seconds": time.perf_counter() - start,
         "cpu_seconds": time.process_time() - cpu,
-        "validation_exact": final["heldout_exact_sort"],
-        "validation_reward": final["heldout_mean_reward"],
+        "validation_exact": final["validation_exact_sort"],
+        "validation_reward": final["validation_mean_reward"],
         "test_exact": final["test_exact_sort"],
         "final_entropy": last["entropy"],
         "collapsed": is_collapsed(validation_curve, entropy, TARGET),
@@ -121,7 +122,7 @@ def run(config: TrainConfig) -> dict:
         "curve": curve,
         "validation_curve": validation_curve,
         "entropy": entropy,
-        "splits": split_keys(history.config, history.heldout_prompts, history.test_prompts),
+        "splits": split_keys(history.config, history.validation_prompts, history.test_prompts),
     }
 
 
@@ -348,7 +349,7 @@ def relabel() -> None:
     summary = [summarise(name, rs) for name, rs in results.items()]
     payload["summary"] = summary
     payload["table"], payload["p_values_test_exact_vs_grpo"] = leaderboard_table(summary, results)
-    validation, test = make_heldout_split(BASE)
+    validation, test = heldout_split(BASE)
     task = BASE.build_task()
     payload["split_keys"] = {
         name: {

@@ -46,8 +46,9 @@ from _common import (
     setup,
 )
 
+from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.seed_stats import permutation_p_value
-from pgrl_helpers.training import TrainConfig, run_policy_gradient
+from pgrl_helpers.training import run_policy_gradient
 
 SEEDS = (0, 1, 2, 3, 4)
 TUNING_SEEDS = (100, 101)
@@ -62,7 +63,7 @@ BASE = TrainConfig(
     reward_fn="dedup_position_reward", deltas_mode="normalized_rewards", loss_mode="clipped",
     loss_aggregation="token_mean", num_responses=16, prompts_per_epoch=16, entropy_coef=0.05,
     num_epochs=MAX_EPOCHS, num_steps_per_epoch=4, learning_rate=3e-3, eval_every=5,
-    num_eval_prompts=10, target_heldout_exact_sort=TARGET,  # 10 + 10 held-out sets of values
+    num_eval_prompts=10, target_validation_exact_sort=TARGET,  # 10 + 10 held-out sets of values
 )  # fmt: skip
 
 #: name -> the fields that differ from BASE (each method's own recipe; lr is tuned).
@@ -96,10 +97,10 @@ def run(config: TrainConfig) -> dict:
         "seconds": seconds,
         "cpu_seconds": cpu_seconds,
         "responses_sampled": evals[-1]["responses_sampled"],
-        "validation_exact": evals[-1]["heldout_exact_sort"],
+        "validation_exact": evals[-1]["validation_exact_sort"],
         "test_exact": evals[-1]["test_exact_sort"],
         "final_entropy": history.steps()[-1]["entropy"],
-        "curve": [(e["responses_sampled"], e["heldout_exact_sort"]) for e in evals],
+        "curve": [(e["responses_sampled"], e["validation_exact_sort"]) for e in evals],
     }
 
 

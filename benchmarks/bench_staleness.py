@@ -58,8 +58,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from _common import RESULTS_DIR, loop_splits, record_splits, save, setup, split_keys  # noqa: E402
 
+from pgrl_helpers.config import TrainConfig  # noqa: E402
 from pgrl_helpers.seed_stats import compare_seeds  # noqa: E402
-from pgrl_helpers.training import TrainConfig, run_policy_gradient  # noqa: E402
+from pgrl_helpers.training import run_policy_gradient  # noqa: E402
 
 SEEDS = (0, 1, 2, 3, 4)
 STALENESS = (0, 2, 8)
@@ -140,15 +141,15 @@ def run(config: TrainConfig) -> dict:
         "learning_rate": config.learning_rate,
         "entropy_coef": config.entropy_coef,
         "eval_epochs": [r["epoch"] for r in evals],
-        "validation_exact": [r["heldout_exact_sort"] for r in evals],
-        "final_validation_exact": evals[-1]["heldout_exact_sort"],
+        "validation_exact": [r["validation_exact_sort"] for r in evals],
+        "final_validation_exact": evals[-1]["validation_exact_sort"],
         "final_test_exact": evals[-1]["test_exact_sort"],
         "mean_ess_fraction": statistics.mean(s["ess_fraction"] for s in steps),
         "mean_is_cut_fraction": statistics.mean(s["is_cut_fraction"] for s in steps),
         "final_entropy": statistics.mean(s["entropy"] for s in steps[-4 * 5 :]),
         "seconds": time.perf_counter() - t0,
         "cpu_seconds": time.process_time() - c0,
-        "splits": split_keys(config, history.heldout_prompts, history.test_prompts),
+        "splits": split_keys(config, history.validation_prompts, history.test_prompts),
     }
 
 

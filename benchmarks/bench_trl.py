@@ -43,7 +43,7 @@ import torch  # noqa: E402
 from _common import markdown_table, record_splits, save, setup, split_record  # noqa: E402
 
 from pgrl_helpers import hf_policy, trl_bridge  # noqa: E402
-from pgrl_helpers.training import TrainConfig  # noqa: E402
+from pgrl_helpers.config import TrainConfig  # noqa: E402
 
 SEEDS = (0, 1, 2)
 GOAL = 0.95  # on the test set, every seed

@@ -54,7 +54,7 @@ from bench_trl import CONFIG, build_policy  # noqa: E402
 
 from pgrl_helpers import hf_policy, training, trl_bridge  # noqa: E402
 from pgrl_helpers.sort_task import SortTask  # noqa: E402
-from pgrl_helpers.training import make_heldout_split, run_policy_gradient  # noqa: E402
+from pgrl_helpers.training import heldout_split, run_policy_gradient  # noqa: E402
 
 SEEDS = (0, 1, 2)
 TARGET = 0.9  # greedy exact-sort on the validation set that both runs train to
@@ -161,7 +161,7 @@ def run_loop(config, seed: int) -> dict:
             curve.append(
                 {
                     "step": last["step"],
-                    "exact_sort": last["heldout_exact_sort"],
+                    "exact_sort": last["validation_exact_sort"],
                     "train_cpu_seconds": cpu,
                 }
             )
@@ -177,14 +177,14 @@ def run_loop(config, seed: int) -> dict:
             stack.enter_context(patched(policy, method, timers, phase))
         # the held-out checks (greedy decoding and their rewards) as one phase
         stack.enter_context(patched(training, "_evaluate", timers, "evaluation"))
-        history = run_policy_gradient(config, after_epoch, model=policy)
+        history = run_policy_gradient(config, after_epoch, policy=policy)
     last = history.evals()[-1]
     if not curve or curve[-1]["step"] != last["step"]:  # the loop skips the callback on a stop
         cpu = time.process_time() - start[1] - timers.cpu["evaluation"]
         curve.append(
             {
                 "step": last["step"],
-                "exact_sort": last["heldout_exact_sort"],
+                "exact_sort": last["validation_exact_sort"],
                 "train_cpu_seconds": cpu,
             }
         )
@@ -267,7 +267,7 @@ def run_trl(config, seed: int, prompts: torch.Tensor, val, test) -> dict:
 def loop_prompt_stream(config) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The loop's training prompts, epoch after epoch, and its validation and test sets."""
     task = config.build_task()
-    val, test = make_heldout_split(config)
+    val, test = heldout_split(config)
     keys = task.prompt_key(torch.cat([val, test]))
     g = torch.Generator().manual_seed(config.seed)  # the loop's prompt generator
     epochs = [task.training_prompts(config.batch_prompts, g, keys) for _ in range(MAX_EPOCHS)]
@@ -306,7 +306,7 @@ def run_pair(seed: int, max_epochs: int) -> dict:
         seed=seed,
         num_epochs=max_epochs,
         eval_every=EVAL_EVERY,
-        target_heldout_exact_sort=TARGET,
+        target_validation_exact_sort=TARGET,
     )
     prompts, val, test = loop_prompt_stream(config)
     ours = run_loop(config, seed)

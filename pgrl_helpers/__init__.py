@@ -1,109 +1,97 @@
 """pgrl_helpers: the shared code of the pgrl notebook series.
 
-Where things live (one module per concept):
+Importing the package loads nothing else: each public name below is imported from its home
+module the first time it is used (PEP 562), so ``import pgrl_helpers.gae`` loads ``gae`` and
+``_validate`` only, and a broken optional dependency (widgets, TRL) cannot break the math.
+Notebooks import from the concept modules (``from pgrl_helpers.advantages import
+compute_deltas``); ``pgrl_helpers.X`` is the reuse API, one home per name.
 
-* ``sort_task``  - prompts, ground truth, rewards, ``compute_reward``
-* ``models``     - ``LectureModel`` (the lecture's toy policy, fixed), ``SortTransformer``
-* ``sampling``   - ``sample_responses`` / ``generate_responses``, ``compute_log_probs``
-* ``advantages`` - ``compute_deltas`` (rewards, centered, normalized, max, leave-one-out)
-* ``losses``     - ``compute_loss`` (naive, unclipped, clipped), ``compute_ratio``
-* ``kl``         - k1/k2/k3 estimators, ``compute_kl_penalty``, exact ``categorical_kl``
-* ``exact``      - enumerate every response of a small policy: exact E[R], exact gradients,
-                   exact moments of G-sample estimates
-* ``training``   - ``run_policy_gradient`` (the one training loop, top to bottom)
-* ``config``     - ``TrainConfig`` (the flat dataclass a run is set up with)
-* ``task``, ``policy``, ``rollout`` - the loop's three interfaces: Task (prompts, rewards,
-                   held-out key), Policy (sample, log-probs, entropy, greedy), Rollout (one
-                   epoch's batch); rollout sources and batch filters live in ``rollout``
-* ``history``    - ``METRICS``, ``History``, ``history_columns``
-* ``memory``     - bytes per line of a GRPO / PPO step: policy, reference, value and reward models, caches
-* ``diagnose``, ``symptoms`` - ``diagnose(history)``: findings from a run's metrics; the catalogue
-* ``widgets``    - the training dashboard (``make_dashboard``) on top of ``run_policy_gradient``
-* ``autoregressive``, ``masking``, ``dedup_task`` - token-by-token policy, response masks,
-                   loss aggregations, a variable-length task (notebook 08)
-* ``checks``     - exercise checkers for the classroom assignments
-* ``trl_bridge`` - the sort task for Hugging Face TRL (needs requirements-scale.txt); re-exports
-                   ``trl_config``: our settings -> TRL ``GRPOConfig`` (needs only the core)
+Where things live, by room:
+
+* the lecture's math (tensors in, tensors out; imports only ``_validate`` and each other):
+  ``sort_task``, ``task``, ``models``, ``policy``, ``sampling``, ``advantages``, ``losses``,
+  ``covariance``, ``kl``, ``masking``, ``gae``
+* the loop: ``rollout`` (the batch type, batch filters), ``registry`` (the extension points
+  side by side), ``config`` (``TrainConfig``), ``recipes`` (named presets), ``history``
+  (``METRICS``), ``training`` (``run_policy_gradient``)
+* extensions the loop plugs in through ``registry``: ``autoregressive``, ``dedup_task``,
+  ``tool_task``, ``value``, ``offpolicy``, ``infra``, ``memory``
+* exact studies and instruments (one or two notebooks each): ``exact``, ``kl_exact``,
+  ``baselines``, ``reinforce``, ``credit``, ``claims``, ``clip_family``, ``diagnose``,
+  ``symptoms``, ``collapse``, ``seed_stats``, ``passk``, ``bench_results``
+* optional dependencies: ``widgets``, ``gae_widget``, ``clip_widget`` (extra ``widgets``:
+  ipywidgets, matplotlib); ``trl_bridge``, ``trl_objectives``, ``hf_policy``, ``checkpoint``
+  (extra ``trl``: transformers, trl); ``trl_config`` needs only the core
+* ``checks``: the exercise checkers of the classroom assignments
 """
 
-from .advantages import DELTA_MODES, compute_deltas
-from .config import TrainConfig
-from .history import METRICS, History, history_columns
-from .kl import KL_ESTIMATORS, compute_kl_penalty, kl_estimate, kl_k1, kl_k2, kl_k3
-from .losses import (
-    LOSS_MODES,
-    clip_fraction,
-    compute_loss,
-    compute_per_token_loss,
-    compute_ratio,
-)
-from .models import LectureModel, Model, SortTransformer
-from .policy import Policy
-from .rollout import Rollout
-from .sampling import (
-    compute_log_probs,
-    entropy_from_logits,
-    generate_responses,
-    greedy_responses,
-    sample_responses,
-    token_entropy,
-)
-from .sort_task import (
-    LECTURE_PROMPTS,
-    REWARD_FNS,
-    compute_reward,
-    exact_sort,
-    lecture_prompts,
-    make_prompts,
-    max_reward,
-    sort_distance_reward,
-    sort_distance_reward_batch,
-    sort_inclusion_ordering_reward,
-    sort_inclusion_ordering_reward_batch,
-    sorted_responses,
-)
-from .training import run_policy_gradient
+from __future__ import annotations
 
-__all__ = [
-    "DELTA_MODES",
-    "KL_ESTIMATORS",
-    "LECTURE_PROMPTS",
-    "LOSS_MODES",
-    "REWARD_FNS",
-    "LectureModel",
-    "METRICS",
-    "History",
-    "Policy",
-    "Rollout",
-    "SortTransformer",
-    "TrainConfig",
-    "Model",
-    "clip_fraction",
-    "compute_deltas",
-    "compute_kl_penalty",
-    "compute_log_probs",
-    "compute_loss",
-    "compute_per_token_loss",
-    "compute_ratio",
-    "compute_reward",
-    "exact_sort",
-    "entropy_from_logits",
-    "generate_responses",
-    "greedy_responses",
-    "history_columns",
-    "kl_estimate",
-    "kl_k1",
-    "kl_k2",
-    "kl_k3",
-    "lecture_prompts",
-    "make_prompts",
-    "run_policy_gradient",
-    "max_reward",
-    "sample_responses",
-    "sort_distance_reward",
-    "sort_distance_reward_batch",
-    "sort_inclusion_ordering_reward",
-    "sort_inclusion_ordering_reward_batch",
-    "sorted_responses",
-    "token_entropy",
-]
+import importlib
+
+#: public name -> the module that defines it (its one home)
+_HOMES: dict[str, str] = {
+    # the lecture's math
+    "LECTURE_PROMPTS": "sort_task",
+    "REWARD_FNS": "sort_task",
+    "compute_reward": "sort_task",
+    "exact_sort": "sort_task",
+    "lecture_prompts": "sort_task",
+    "make_prompts": "sort_task",
+    "max_reward": "sort_task",
+    "sort_distance_reward": "sort_task",
+    "sort_distance_reward_batch": "sort_task",
+    "sort_inclusion_ordering_reward": "sort_task",
+    "sort_inclusion_ordering_reward_batch": "sort_task",
+    "sorted_responses": "sort_task",
+    "LectureModel": "models",
+    "SortTransformer": "models",
+    "Policy": "policy",
+    "compute_log_probs": "sampling",
+    "entropy_from_logits": "sampling",
+    "greedy_responses": "sampling",
+    "sample_responses": "sampling",
+    "token_entropy": "sampling",
+    "DELTA_MODES": "advantages",
+    "compute_deltas": "advantages",
+    "LOSS_MODES": "losses",
+    "clip_fraction": "losses",
+    "clip_mask": "losses",
+    "compute_loss": "losses",
+    "compute_per_token_loss": "losses",
+    "compute_ratio": "losses",
+    "sequence_log_ratio": "losses",
+    "KL_ESTIMATORS": "kl",
+    "compute_kl_penalty": "kl",
+    "kl_estimate": "kl",
+    "kl_k1": "kl",
+    "kl_k2": "kl",
+    "kl_k3": "kl",
+    "kl_k3_bias_corrected": "kl",
+    "aggregate_loss": "masking",
+    "masked_mean": "masking",
+    "compute_gae": "gae",
+    "whiten": "gae",
+    # the loop
+    "Rollout": "rollout",
+    "TrainConfig": "config",
+    "METRICS": "history",
+    "History": "history",
+    "history_columns": "history",
+    "run_policy_gradient": "training",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    """Import ``name`` from its home module on first use (PEP 562)."""
+    if name not in _HOMES:
+        raise AttributeError(f"module 'pgrl_helpers' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))

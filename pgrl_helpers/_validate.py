@@ -7,7 +7,13 @@ silent NaN further down.
 
 from __future__ import annotations
 
+import math
+
 import torch
+
+#: log-ratios are clamped to +-MAX_LOG_RATIO before exp so the ratio stays finite
+#: (shared by ``losses.compute_ratio`` and the k3 estimator in ``kl``).
+MAX_LOG_RATIO = 20.0
 
 
 def check_tensor(x, name: str) -> torch.Tensor:
@@ -72,3 +78,51 @@ def check_prompts(prompts, vocab_size: int, prompt_length: int) -> None:
         raise ValueError(
             f"this model takes prompts of length {prompt_length}, got shape {list(prompts.shape)}"
         )
+
+
+def check_number(
+    value,
+    name: str,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_inclusive: bool = False,
+    high_inclusive: bool = True,
+    allow_none: bool = False,
+    allow_inf: bool = False,
+) -> None:
+    """Raise ValueError naming ``name`` unless ``value`` is a real number in the given range.
+
+    Bools are refused (``True`` is not a learning rate); NaN always, and inf unless
+    ``allow_inf``. ``low`` is exclusive unless ``low_inclusive``; ``high`` is inclusive unless
+    ``high_inclusive=False``. ``allow_none``: None is accepted (an optional setting).
+    """
+    if value is None and allow_none:
+        return
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and not math.isnan(value)
+        and (allow_inf or math.isfinite(value))
+    )
+    if ok and low is not None:
+        ok = value >= low if low_inclusive else value > low
+    if ok and high is not None:
+        ok = value <= high if high_inclusive else value < high
+    if not ok:
+        bounds = []
+        if low is not None:
+            bounds.append(f"{'>=' if low_inclusive else '>'} {low:g}")
+        if high is not None:
+            bounds.append(f"{'<=' if high_inclusive else '<'} {high:g}")
+        what = "a number" if allow_inf else "a finite number"
+        range_ = f" {' and '.join(bounds)}" if bounds else ""
+        none = " or None" if allow_none else ""
+        raise ValueError(f"{name} must be {what}{range_}{none}, got {value!r}")
+
+
+def check_choice(value, valid, name: str) -> None:
+    """Raise ValueError naming ``name`` and listing the valid values unless value is one."""
+    valid = tuple(valid)
+    if value not in valid:
+        raise ValueError(f"unknown {name} {value!r}; valid values are: {', '.join(valid)}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 
 from ._validate import check_finite, check_mode, check_ndim
-from .value import GAEEstimator
 
 DELTA_MODES: tuple[str, ...] = (
     "rewards",
@@ -21,14 +20,6 @@ DELTA_MODES: tuple[str, ...] = (
     "batch_normalized_rewards",
     "reinforce_pp_baseline",
 )
-
-#: TRL ``GRPOConfig.scale_rewards`` -> our delta mode. TRL adds 1e-4 to the std where we
-#: floor it at ``std_floor`` and add ``eps``: the two agree wherever the std is >> 1e-3.
-TRL_SCALE_REWARDS: dict[str, str] = {
-    "group": "normalized_rewards",
-    "batch": "batch_normalized_rewards",
-    "none": "centered_rewards",
-}
 
 #: Modes that compare a response with the rest of its group: they need G >= 2.
 GROUP_MODES: tuple[str, ...] = ("normalized_rewards", "loo_rewards")
@@ -137,50 +128,3 @@ def _token_mask(mask: torch.Tensor, shape) -> torch.Tensor:
     if mask.dtype != torch.bool and not ((mask == 0) | (mask == 1)).all():
         raise ValueError("mask must hold only 0 and 1 (or be bool)")
     return mask != 0
-
-
-# --------------------------------------------------------------------------------------
-# The loop's advantage-estimator extension point (TrainConfig.advantage_estimator)
-# --------------------------------------------------------------------------------------
-
-
-def group_baseline_deltas(rollout, config) -> torch.Tensor:
-    """Deltas from the group of G responses per prompt: ``compute_deltas`` by deltas_mode.
-
-    rollout.rewards float[batch, trial] -> float[batch, trial]. No value model: the
-    baseline is built from the other samples of the same prompt (GRPO, RLOO, ...).
-    ``reinforce_pp_baseline`` whitens over the rollout's tokens (``rollout.mask``).
-    """
-    mask = rollout.mask if config.deltas_mode == "reinforce_pp_baseline" else None
-    return compute_deltas(rollout.rewards, config.deltas_mode, mask=mask)
-
-
-class _StatelessEstimator:
-    """Wraps a plain estimator function in the estimator-object interface."""
-
-    def __init__(self, fn):
-        self.fn = fn
-
-    def __call__(self, rollout, config) -> torch.Tensor:
-        return self.fn(rollout, config)
-
-    def after_epoch(self, rollout) -> None:
-        """Nothing to train: a group baseline has no state."""
-
-
-def build_estimator(name: str, policy, config):
-    """The run's estimator object: ``estimator(rollout, config) -> deltas`` + ``after_epoch``.
-
-    A registry entry is either a function ``fn(rollout, config) -> deltas`` (stateless,
-    like the group baselines) or a class built once per run as ``Cls(policy, config)``
-    whose objects are called the same way and also have ``after_epoch(rollout)``, run
-    after the epoch's policy steps (``value.GAEEstimator`` trains its critic there).
-    Deltas are float[batch, trial] (one per response) or float[batch, trial, pos].
-    """
-    entry = ADVANTAGE_ESTIMATORS[name]
-    return entry(policy, config) if isinstance(entry, type) else _StatelessEstimator(entry)
-
-
-#: name -> estimator function ``fn(rollout, config) -> deltas`` or estimator class
-#: ``Cls(policy, config)`` (``TrainConfig.advantage_estimator``; see ``build_estimator``).
-ADVANTAGE_ESTIMATORS: dict[str, object] = {"group": group_baseline_deltas, "gae": GAEEstimator}

@@ -122,15 +122,15 @@ class AutoregressiveSortPolicy(nn.Module):
 
     def log_probs(self, prompts, responses):
         """Per-token log-probs float[batch, trial, pos] (padding slots too: mask them)."""
-        return compute_log_probs(prompts, responses, self)
+        return compute_log_probs(self, prompts, responses)
 
     def token_entropy(self, prompts, responses):
         """Entropy (nats) at every response slot, float[batch, trial, pos]."""
-        return token_entropy(prompts, responses, self)
+        return token_entropy(self, prompts, responses)
 
     def mean_entropy(self, prompts, responses, mask):
         """Mean entropy over the real response tokens (padding never counts)."""
-        return masked_mean(token_entropy(prompts, responses, self), mask)
+        return masked_mean(token_entropy(self, prompts, responses), mask)
 
     def greedy(self, prompts):
         """Greedy decoding, int64[batch, 1, pos] (switches to eval mode inside)."""
@@ -322,7 +322,7 @@ def _response_logits(prompts: torch.Tensor, responses: torch.Tensor, model) -> t
     return rearrange(logits, "(batch trial) pos vocab -> batch trial pos vocab", batch=batch)
 
 
-def compute_log_probs(prompts: torch.Tensor, responses: torch.Tensor, model) -> torch.Tensor:
+def compute_log_probs(model, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
     """Per-token log pi(response[t] | prompt, SEP, response[:t]): float[batch, trial, pos].
 
     One teacher-forced forward pass (the causal mask keeps token t from seeing later
@@ -334,7 +334,7 @@ def compute_log_probs(prompts: torch.Tensor, responses: torch.Tensor, model) -> 
     return log_probs.gather(dim=-1, index=responses.long().unsqueeze(-1)).squeeze(-1)
 
 
-def token_entropy(prompts: torch.Tensor, responses: torch.Tensor, model) -> torch.Tensor:
+def token_entropy(model, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
     """Entropy (nats) of the next-token distribution at every response slot: [batch, trial, pos].
 
     Padding slots are included; average with the response mask.

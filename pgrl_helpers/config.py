@@ -12,23 +12,26 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from .advantages import ADVANTAGE_ESTIMATORS, DELTA_MODES, GROUP_MODES
-from .autoregressive import AutoregressiveSortPolicy
+from .advantages import DELTA_MODES, GROUP_MODES
 from .covariance import check_clip_cov
-from .dedup_task import DEDUP_REWARD_FNS, SortDedupTask
+from .dedup_task import DEDUP_REWARD_FNS
 from .history import _check_choice
 from .kl import KL_ESTIMATORS, AdaptiveKLController
-from .losses import LOSS_MODES, POLICY_OBJECTIVES
+from .losses import LOSS_MODES
 from .masking import LOSS_AGGREGATIONS
-from .models import LectureModel, SortTransformer
 from .offpolicy import check_off_policy_fields
-from .rollout import BATCH_FILTERS, OVERLONG_FILTERS, ROLLOUT_SOURCES
-from .sort_task import LECTURE_PROMPTS, REWARD_FNS, SortTask, lecture_prompts
+from .registry import (
+    ADVANTAGE_ESTIMATORS,
+    BATCH_FILTERS,
+    MODELS,
+    OVERLONG_FILTERS,
+    POLICY_OBJECTIVES,
+    ROLLOUT_SOURCES,
+    TASKS,
+)
+from .sort_task import LECTURE_PROMPTS, REWARD_FNS
 from .tool_task import RESPONSE_LENGTH as TOOL_RESPONSE_LENGTH
-from .tool_task import ToolCompareTask, ToolUsePolicy
 
-MODEL_NAMES: tuple[str, ...] = ("lecture", "transformer", "autoregressive")
-TASKS: tuple[str, ...] = ("sort", "sort_dedup", "tool_compare")
 #: tasks the autoregressive policy is wired to (variable length, or multi-turn)
 AUTOREGRESSIVE_TASKS: tuple[str, ...] = ("sort_dedup", "tool_compare")
 PROMPT_SOURCES: tuple[str, ...] = ("lecture", "random")
@@ -44,14 +47,14 @@ class TrainConfig:
     """Policy loss: one of ``losses.LOSS_MODES`` (naive ... clipped, dual_clip, cispo, sapo)."""
     epsilon: float = 0.2
     """Clip range: lower edge 1 - epsilon of the 'clipped' loss (any > 0; >= 1: no lower clip)."""
-    kl_penalty: float = 0.0
+    kl_coef: float = 0.0
     """Coefficient beta of the KL(policy || reference) term; 0 turns the reference off."""
     entropy_coef: float = 0.0
     """Weight of an entropy bonus (loss -= coef x mean token entropy); 0 = the lecture's loss."""
     kl_estimator: str = "k3"
     """Per-sample KL estimator: one of ``kl.KL_ESTIMATORS``."""
     compute_ref_model_period: int = 10
-    """Refresh the frozen reference model every this many epochs (only when kl_penalty > 0)."""
+    """Refresh the frozen reference model every this many epochs (only when kl_coef > 0)."""
     num_epochs: int = 100
     """Number of epochs: each samples one batch of responses."""
     num_steps_per_epoch: int = 10
@@ -86,7 +89,7 @@ class TrainConfig:
     """Prompts in each held-out set, validation and test (None: see ``heldout_size``)."""
     eval_seed: int = 12345
     """Seed of the held-out prompt set: the same for every training seed."""
-    target_heldout_exact_sort: float | None = None
+    target_validation_exact_sort: float | None = None
     """Stop once greedy exact-sort on the VALIDATION set reaches this (None: never); never test."""
     epochs_after_target: int = 0
     """Keep training this many epochs after validation first reaches the target (stability)."""
@@ -128,7 +131,7 @@ class TrainConfig:
     # The loop's extension points: each names an entry of a registry (see README).
     advantage_estimator: str = "group"
     """How deltas are made: a key of ``advantages.ADVANTAGE_ESTIMATORS`` ('group')."""
-    importance_sampling_level: str = "token"
+    policy_objective: str = "token"
     """Policy objective: a key of ``losses.POLICY_OBJECTIVES`` ('token'; GSPO: 'sequence')."""
     batch_filter: str = "none"
     """Which sampled groups the optimizer sees: a key of ``rollout.BATCH_FILTERS``."""
@@ -147,7 +150,7 @@ class TrainConfig:
     whiten_advantages: bool = True
     """'gae': normalise the per-token advantages over the batch's real tokens (PPO's usual)."""
     kl_in_reward: bool = False
-    """True: -kl_penalty x k1 per token in the reward (PPO-RLHF; 'gae' only), not in the loss."""
+    """True: -kl_coef x k1 per token in the reward (PPO-RLHF; 'gae' only), not in the loss."""
 
     # Off-policy rollouts (rollout_source 'stale'; see pgrl_helpers.offpolicy).
     staleness: int = 0
@@ -197,8 +200,8 @@ class TrainConfig:
 
     @property
     def kl_loss_coef(self) -> float:
-        """Weight of the KL term in the loss: kl_penalty, or 0 when the KL is in the reward."""
-        return 0.0 if self.kl_in_reward else self.kl_penalty
+        """Weight of the KL term in the loss: kl_coef, or 0 when the KL is in the reward."""
+        return 0.0 if self.kl_in_reward else self.kl_coef
 
     def _validate_value_options(self) -> None:
         """Checks of the 'gae' fields: gamma, gae_lambda, critic lr, value_clip, kl_in_reward."""
@@ -228,16 +231,16 @@ class TrainConfig:
                 "advantage_estimator 'gae' needs model 'autoregressive' (its critic is the "
                 f"autoregressive trunk with a value head), got model {self.model!r}"
             )
-        if self.kl_in_reward and (self.advantage_estimator != "gae" or self.kl_penalty <= 0):
+        if self.kl_in_reward and (self.advantage_estimator != "gae" or self.kl_coef <= 0):
             raise ValueError(
-                "kl_in_reward puts -kl_penalty x k1 into per-token rewards: it needs "
-                "advantage_estimator 'gae' (per-token advantages) and kl_penalty > 0, got "
-                f"{self.advantage_estimator!r} and {self.kl_penalty!r}"
+                "kl_in_reward puts -kl_coef x k1 into per-token rewards: it needs "
+                "advantage_estimator 'gae' (per-token advantages) and kl_coef > 0, got "
+                f"{self.advantage_estimator!r} and {self.kl_coef!r}"
             )
 
     def _validate_response_options(self) -> None:
         """Checks of task, model pairing, loss_aggregation, max_response_length, epsilon_high."""
-        _check_choice(self.task, TASKS, "task")
+        _check_choice(self.task, tuple(TASKS), "task")
         _check_choice(self.loss_aggregation, LOSS_AGGREGATIONS, "loss_aggregation")
         if (self.task in AUTOREGRESSIVE_TASKS) != (self.model == "autoregressive"):
             raise ValueError(
@@ -315,10 +318,10 @@ class TrainConfig:
             ):
                 bounds = "in (0, 1]" if name == "kl_cov_ratio" else ">= 0 and finite"
                 raise ValueError(f"{name} must be a number {bounds}, got {value!r}")
-        if self.loss_mode == "kl_cov" and self.importance_sampling_level != "token":
+        if self.loss_mode == "kl_cov" and self.policy_objective != "token":
             raise ValueError(
-                "loss_mode 'kl_cov' penalises single tokens: it needs importance_sampling_level "
-                f"'token', got {self.importance_sampling_level!r}"
+                "loss_mode 'kl_cov' penalises single tokens: it needs policy_objective "
+                f"'token', got {self.policy_objective!r}"
             )
         draws = self.dynamic_sampling_max_draws
         if not isinstance(draws, int) or isinstance(draws, bool) or draws < 0:
@@ -356,24 +359,24 @@ class TrainConfig:
         """Checks of the default-off remedies: Clip-Cov, entropy mask, adaptive KL."""
         check_clip_cov(self.clip_cov_ratio, self.clip_cov_lb, self.clip_cov_ub)
         if self.clip_cov_ratio > 0 and (
-            self.loss_mode != "clipped" or self.importance_sampling_level != "token"
+            self.loss_mode != "clipped" or self.policy_objective != "token"
         ):
             raise ValueError(
                 "clip_cov_ratio > 0 (Clip-Cov) detaches tokens of the clipped PPO loss: it "
-                "needs loss_mode 'clipped' and importance_sampling_level 'token', got "
-                f"{self.loss_mode!r} and {self.importance_sampling_level!r}"
+                "needs loss_mode 'clipped' and policy_objective 'token', got "
+                f"{self.loss_mode!r} and {self.policy_objective!r}"
             )
         q = self.top_entropy_quantile
         if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 1:
             raise ValueError(f"top_entropy_quantile must be a number in (0, 1], got {q!r}")
         if self.kl_target is not None:
-            if self.kl_penalty <= 0 or self.kl_in_reward:
+            if self.kl_coef <= 0 or self.kl_in_reward:
                 raise ValueError(
-                    "kl_target adapts the KL term's coefficient, starting from kl_penalty: it "
-                    f"needs kl_penalty > 0 and kl_in_reward False, got {self.kl_penalty!r} and "
+                    "kl_target adapts the KL term's coefficient, starting from kl_coef: it "
+                    f"needs kl_coef > 0 and kl_in_reward False, got {self.kl_coef!r} and "
                     f"{self.kl_in_reward!r}"
                 )
-            AdaptiveKLController(self.kl_penalty, self.kl_target, self.kl_horizon)  # checks
+            AdaptiveKLController(self.kl_coef, self.kl_target, self.kl_horizon)  # checks
         elif (
             not isinstance(self.kl_horizon, int)
             or isinstance(self.kl_horizon, bool)
@@ -386,11 +389,9 @@ class TrainConfig:
         _check_choice(self.deltas_mode, DELTA_MODES, "deltas_mode")
         _check_choice(self.loss_mode, LOSS_MODES, "loss_mode")
         _check_choice(self.kl_estimator, KL_ESTIMATORS, "kl_estimator")
-        _check_choice(self.model, MODEL_NAMES, "model")
+        _check_choice(self.model, tuple(MODELS), "model")
         _check_choice(self.advantage_estimator, tuple(ADVANTAGE_ESTIMATORS), "advantage_estimator")
-        _check_choice(
-            self.importance_sampling_level, tuple(POLICY_OBJECTIVES), "importance_sampling_level"
-        )
+        _check_choice(self.policy_objective, tuple(POLICY_OBJECTIVES), "policy_objective")
         _check_choice(self.batch_filter, tuple(BATCH_FILTERS), "batch_filter")
         _check_choice(self.rollout_source, tuple(ROLLOUT_SOURCES), "rollout_source")
         check_off_policy_fields(self)
@@ -431,7 +432,7 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-        for name in ("kl_penalty", "entropy_coef"):
+        for name in ("kl_coef", "entropy_coef"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be >= 0 and finite, got {value!r}")
@@ -467,20 +468,20 @@ class TrainConfig:
                 f"vocab_size**prompt_length = {space} is too large to index prompts; "
                 "use shorter prompts or a smaller vocabulary"
             )
-        if self.target_heldout_exact_sort is not None and not (
-            0 < self.target_heldout_exact_sort <= 1
+        if self.target_validation_exact_sort is not None and not (
+            0 < self.target_validation_exact_sort <= 1
         ):
             raise ValueError(
-                f"target_heldout_exact_sort must lie in (0, 1] or be None, "
-                f"got {self.target_heldout_exact_sort!r}"
+                f"target_validation_exact_sort must lie in (0, 1] or be None, "
+                f"got {self.target_validation_exact_sort!r}"
             )
         after = self.epochs_after_target
         if not isinstance(after, int) or isinstance(after, bool) or after < 0:
             raise ValueError(f"epochs_after_target must be an int >= 0, got {after!r}")
-        if after > 0 and self.target_heldout_exact_sort is None:
+        if after > 0 and self.target_validation_exact_sort is None:
             raise ValueError(
                 f"epochs_after_target={after} counts epochs after the target is reached: "
-                "set target_heldout_exact_sort too"
+                "set target_validation_exact_sort too"
             )
 
     @property
@@ -508,51 +509,12 @@ class TrainConfig:
         return max(1, min(500, keys // 10))
 
     def build_task(self):
-        """The ``Task`` of this run (``SortTask``, ``SortDedupTask`` or ``ToolCompareTask``)."""
-        if self.task == "tool_compare":
-            return ToolCompareTask(self.vocab_size, self.prompt_length)
-        if self.task == "sort_dedup":
-            return SortDedupTask(self.prompt_length, self.vocab_size, self.reward_fn)
-        fixed = lecture_prompts() if self.prompt_source == "lecture" else None
-        return SortTask(self.prompt_length, self.vocab_size, self.reward_fn, fixed)
+        """The ``Task`` of this run: ``registry.TASKS[task](self)``."""
+        return TASKS[self.task](self)
 
     def build_policy(self):
-        """The policy named by ``model``, initialised with ``seed`` (implements ``Policy``)."""
-        if self.task == "tool_compare":  # the autoregressive policy, playing tool episodes
-            return ToolUsePolicy(
-                self.vocab_size,
-                d_model=self.embedding_dim,
-                num_layers=self.num_layers,
-                num_heads=self.num_heads,
-                seed=self.seed,
-                mask_tool_tokens=self.mask_tool_tokens,
-            )
-        if self.model == "autoregressive":
-            return AutoregressiveSortPolicy(
-                self.vocab_size,
-                self.prompt_length,
-                self.response_length,
-                d_model=self.embedding_dim,
-                num_layers=self.num_layers,
-                num_heads=self.num_heads,
-                seed=self.seed,
-            )
-        if self.model == "lecture":
-            return LectureModel(
-                self.vocab_size,
-                self.embedding_dim,
-                self.prompt_length,
-                self.prompt_length,
-                seed=self.seed,
-            )
-        return SortTransformer(
-            self.vocab_size,
-            self.prompt_length,
-            d_model=self.embedding_dim,
-            num_layers=self.num_layers,
-            num_heads=self.num_heads,
-            seed=self.seed,
-        )
+        """The policy named by ``model``, initialised with ``seed``: ``registry.MODELS[model](self)``."""
+        return MODELS[self.model](self)
 
 
 def config_fields() -> dict[str, str]:

@@ -110,7 +110,7 @@ REQUIRED_STEP_KEYS = (
 )  # fmt: skip
 OPTIONAL_STEP_KEYS = ("frac_reward_zero_std",)
 OPTIONAL_EVAL_KEYS = ("train_exact_sort",)
-REQUIRED_EVAL_KEYS = ("epoch", "step", "heldout_exact_sort", "heldout_mean_reward")
+REQUIRED_EVAL_KEYS = ("epoch", "step", "validation_exact_sort", "validation_mean_reward")
 
 
 @dataclass(frozen=True)
@@ -193,7 +193,8 @@ def _split(history) -> tuple[list[dict], list[dict]]:
         for key in keys + (OPTIONAL_STEP_KEYS if kind == "step" else OPTIONAL_EVAL_KEYS):
             if key in record:
                 nullable = (
-                    key in ("kl", "heldout_mean_reward") + OPTIONAL_STEP_KEYS + OPTIONAL_EVAL_KEYS
+                    key
+                    in ("kl", "validation_mean_reward") + OPTIONAL_STEP_KEYS + OPTIONAL_EVAL_KEYS
                 )
                 _check_number(record[key], key, f"record {i}", nullable)
         (steps if kind == "step" else evals).append(record)
@@ -233,10 +234,10 @@ def _ev(metric: str, epochs: list, values: list) -> Evidence:
 
 def _exact_progress(evals: list[dict]) -> dict | None:
     """Held-out exact-sort summary, or None with fewer than 3 evaluations."""
-    rows = [r for r in evals if r["heldout_exact_sort"] is not None]
+    rows = [r for r in evals if r["validation_exact_sort"] is not None]
     if len(rows) < 3:
         return None
-    exact = [r["heldout_exact_sort"] for r in rows]
+    exact = [r["validation_exact_sort"] for r in rows]
     half = len(exact) // 2
     return {
         "epochs": [r["epoch"] for r in rows],
@@ -362,8 +363,8 @@ def _reward_hacking(ctx) -> list[Finding]:
     exact = ctx["exact"]
     if exact is None or exact["best"] >= SOLVED:
         return []
-    evals = [r for r in ctx["evals"] if r["heldout_exact_sort"] is not None]
-    exact_ev = Evidence("heldout_exact_sort", *_pick(exact["epochs"], exact["exact"]))
+    evals = [r for r in ctx["evals"] if r["validation_exact_sort"] is not None]
+    exact_ev = Evidence("validation_exact_sort", *_pick(exact["epochs"], exact["exact"]))
     train = [r.get("train_exact_sort") for r in evals]
     memorised = None not in train and train[-1] - train[0] >= MEMO_TRAIN_GAIN
     if memorised and exact["stalled"]:
@@ -373,7 +374,7 @@ def _reward_hacking(ctx) -> list[Finding]:
         )
         train_ev = Evidence("train_exact_sort", *_pick(exact["epochs"], train))
         return [_finding("reward_hacking", detail, train_ev, exact_ev)]
-    proxy = [r["heldout_mean_reward"] for r in evals if r["heldout_mean_reward"] is not None]
+    proxy = [r["validation_mean_reward"] for r in evals if r["validation_mean_reward"] is not None]
     if len(proxy) < len(evals):
         return []
     gain = (proxy[-1] - proxy[0]) / _scale(proxy)
@@ -399,7 +400,7 @@ def _reward_hacking(ctx) -> list[Finding]:
             f"exact-sort stalls at {exact['exact'][-1]:.1%} (best {exact['best']:.1%}): "
             "the proxy rises on unseen prompts too, the goal does not"
         )
-    proxy_ev = Evidence("heldout_mean_reward", *_pick(exact["epochs"], proxy))
+    proxy_ev = Evidence("validation_mean_reward", *_pick(exact["epochs"], proxy))
     return [_finding("reward_hacking", detail, proxy_ev, exact_ev)]
 
 
@@ -501,7 +502,7 @@ def _plateau(ctx) -> list[Finding]:
     evals = ctx["evals"]
     goals = {
         key: [r[key] for r in evals if r.get(key) is not None]
-        for key in ("heldout_exact_sort", "train_exact_sort")
+        for key in ("validation_exact_sort", "train_exact_sort")
     }
     goals = {k: v for k, v in goals.items() if v}
     if not goals or any(max(v) >= PLATEAU_GOAL for v in goals.values()):

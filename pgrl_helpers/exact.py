@@ -93,7 +93,7 @@ def response_log_probs(
     check_integer(prompts, "prompts")
     responses = all_responses(model.vocab_size, _response_length(model, prompts), max_responses)
     expanded = repeat(responses, "n pos -> batch n pos", batch=prompts.shape[0])
-    per_token = compute_log_probs(prompts, expanded, model)  # [batch, N, pos]
+    per_token = compute_log_probs(model, prompts, expanded)  # [batch, N, pos]
     return per_token.sum(dim=-1)
 
 
@@ -257,7 +257,7 @@ def reinforce_gradient_estimate(
             f"baseline must be one of {BASELINES}, a number or a float[batch] tensor, "
             f"got {type(baseline).__name__}"
         )
-    log_probs = compute_log_probs(prompts, responses, model).sum(dim=-1)  # [batch, trial]
+    log_probs = compute_log_probs(model, prompts, responses).sum(dim=-1)  # [batch, trial]
     surrogate = (log_probs * deltas.detach().to(log_probs.dtype)).mean()
     return flat_grad(surrogate, model)
 

@@ -17,7 +17,9 @@ from collections.abc import Sequence
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-from .training import History, TrainConfig, run_policy_gradient
+from .config import TrainConfig
+from .history import History
+from .training import run_policy_gradient
 from .widgets import _check_history, figure_png
 
 #: The panels of ``plot_gae_runs``: (curve from ``gae_curves``, y label).

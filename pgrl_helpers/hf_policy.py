@@ -1,7 +1,7 @@
 """A Hugging Face causal LM as a ``Policy``: the model TRL trains, trained by our loop.
 
 ``HFSortPolicy`` wraps the tiny GPT-2 and the word-level tokenizer of ``trl_bridge`` so that
-``training.run_policy_gradient(config, model=HFSortPolicy(...))`` trains the very model class
+``training.run_policy_gradient(config, policy=HFSortPolicy(...))`` trains the very model class
 ``trl.GRPOTrainer`` trains, on the same task (notebook 09, ``benchmarks/bench_trl_vs_loop.py``).
 
 The policy reads ``'3 1 4 :'`` (digit tokens, then the separator) and writes

@@ -15,9 +15,9 @@ METRICS: dict[str, str] = {
     "epoch": "step: index of the epoch (0-based); eval: number of epochs completed",
     "step": "step: index of the optimizer step (0-based, over the run); eval: steps done",
     "inner_step": "index of the step within its epoch, 0 .. num_steps_per_epoch - 1",
-    "loss": "the minimised loss: policy loss + kl_penalty * KL - entropy_coef * entropy",
+    "loss": "the minimised loss: policy loss + kl_coef * KL - entropy_coef * entropy",
     "mean_reward": "mean reward of the epoch's sampled responses (all prompts, all G)",
-    "kl": "KL(policy || reference) per response, by kl_estimator; None when kl_penalty is 0",
+    "kl": "KL(policy || reference) per response, by kl_estimator; None when kl_coef is 0",
     "clip_fraction": "fraction of real tokens whose gradient the clipped loss cuts: ratio above "
     "1 + epsilon_high with delta > 0, or below 1 - epsilon with delta < 0 (0 unless 'clipped')",
     "frac_reward_zero_std": "fraction of prompt groups whose G rewards all tie (zero "
@@ -27,9 +27,9 @@ METRICS: dict[str, str] = {
     "grad_norm": "L2 norm of the gradient of the loss over all parameters",
     "response_length": "mean tokens per sampled response, EOS included (fixed: prompt_length)",
     "responses_sampled": "number of responses sampled so far (epochs x prompts x G)",
-    "heldout_exact_sort": "fraction of VALIDATION prompts (held-out keys) answered exactly, "
+    "validation_exact_sort": "fraction of VALIDATION prompts (held-out keys) answered exactly, "
     "greedy; the only number the stopping rule reads",
-    "heldout_mean_reward": "mean reward of the greedy responses on the validation prompts",
+    "validation_mean_reward": "mean reward of the greedy responses on the validation prompts",
     "test_exact_sort": "fraction of TEST prompts (held-out keys, disjoint from validation) "
     "answered exactly, greedy; logged for reporting, never read by the stopping rule",
     "test_mean_reward": "mean reward of the greedy responses on the test prompts",
@@ -83,8 +83,8 @@ EVAL_KEYS = (
     "epoch",
     "step",
     "responses_sampled",
-    "heldout_exact_sort",
-    "heldout_mean_reward",
+    "validation_exact_sort",
+    "validation_mean_reward",
     "train_exact_sort",
     "test_exact_sort",
     "test_mean_reward",
@@ -96,7 +96,7 @@ class History(list):
 
     Attributes: ``config``, ``model`` (the policy being trained), ``ref_model`` (the
     current frozen reference, or None), ``ref_refresh_epochs`` (epochs at which the
-    reference was refreshed), ``heldout_prompts`` int[n, pos] (the validation set),
+    reference was refreshed), ``validation_prompts`` int[n, pos] (the validation set),
     ``test_prompts`` int[n, pos] (the test set, disjoint from validation by key),
     ``heldout_keys`` int64[2n] (the task's keys of both sets), ``train_prompts`` (the
     lecture prompts, or the last random batch), ``num_train_prompts`` (prompts trained on,
@@ -112,14 +112,14 @@ class History(list):
         self.model = None
         self.ref_model = None
         self.ref_refresh_epochs: list[int] = []
-        self.heldout_prompts: torch.Tensor | None = None
+        self.validation_prompts: torch.Tensor | None = None
         self.test_prompts: torch.Tensor | None = None
         self.heldout_keys: torch.Tensor | None = None
         self.train_prompts: torch.Tensor | None = None
         self.num_train_prompts = 0
         self.train_prompts_with_heldout_key = 0
         self.stop_reason: str | None = None
-        #: epochs done when validation first reached ``target_heldout_exact_sort`` (or None)
+        #: epochs done when validation first reached ``target_validation_exact_sort`` (or None)
         self.target_epoch: int | None = None
         #: the run's advantage estimator object (``advantages.build_estimator``); for
         #: 'gae' it holds the critic (``.critic``) and its per-epoch ``.value_losses``
@@ -139,7 +139,7 @@ class History(list):
         """The eval records."""
         return [r for r in self if r["kind"] == "eval"]
 
-    def largest_drop_after_target(self, key: str = "heldout_exact_sort") -> float | None:
+    def largest_drop_after_target(self, key: str = "validation_exact_sort") -> float | None:
         """Largest fall of ``key`` below its value when validation first reached the target.
 
         max over evaluations at or after ``target_epoch`` of (value at target - value); 0
@@ -161,7 +161,7 @@ def history_columns(history: list[dict], kind: str = "step") -> dict[str, list]:
     """Records of one kind ('step' or 'eval') as columns: {metric name: list of values}.
 
     Handy for plotting without pandas: ``cols = history_columns(h, "eval");
-    plt.plot(cols["epoch"], cols["heldout_exact_sort"])``.
+    plt.plot(cols["epoch"], cols["validation_exact_sort"])``.
     """
     _check_choice(kind, ("step", "eval"), "record kind")
     records = [r for r in history if r.get("kind") == kind]

@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from ._validate import check_finite, check_mode, check_ndim, check_same_shape
-from .losses import MAX_LOG_RATIO
+from ._validate import MAX_LOG_RATIO, check_finite, check_mode, check_ndim, check_same_shape
 from .masking import masked_normalize
 
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
@@ -255,8 +254,8 @@ class AdaptiveKLController:
 
 def build_kl_controller(config):
     """The run's beta: ``AdaptiveKLController`` when ``config.kl_target`` is set (starting at
-    ``kl_penalty``, horizon ``kl_horizon``), else ``FixedKLController(config.kl_loss_coef)``."""
+    ``kl_coef``, horizon ``kl_horizon``), else ``FixedKLController(config.kl_loss_coef)``."""
     target = getattr(config, "kl_target", None)
     if target is None:
         return FixedKLController(config.kl_loss_coef)
-    return AdaptiveKLController(config.kl_penalty, target, config.kl_horizon)
+    return AdaptiveKLController(config.kl_coef, target, config.kl_horizon)

@@ -15,11 +15,14 @@ import math
 
 import torch
 
-from ._validate import check_finite, check_mode, check_ndim, check_same_shape
-from .covariance import check_kl_cov, clip_cov_tokens, kl_cov_tokens, token_covariance
-from .masking import high_entropy_mask
-
-__all__ = ["kl_cov_tokens", "token_covariance"]  # re-exported: KL-Cov's pieces (covariance.py)
+from ._validate import (
+    MAX_LOG_RATIO,
+    check_finite,
+    check_mode,
+    check_ndim,
+    check_same_shape,
+)
+from .covariance import check_kl_cov, kl_cov_tokens
 
 LOSS_MODES: tuple[str, ...] = (
     "naive", "unclipped", "clipped", "dual_clip", "cispo", "sapo", "kl_cov",
@@ -27,9 +30,6 @@ LOSS_MODES: tuple[str, ...] = (
 
 #: Where the importance ratio lives: one per token (PPO/GRPO) or one per response (GSPO).
 IMPORTANCE_SAMPLING_LEVELS: tuple[str, ...] = ("token", "sequence")
-
-#: log-ratios are clamped to +-MAX_LOG_RATIO before exp so the ratio stays finite.
-MAX_LOG_RATIO = 20.0
 
 FREEZE_MESSAGE = (
     "old_log_probs requires grad: the ratio exp(log_probs - old_log_probs) is then "
@@ -341,109 +341,3 @@ def clip_fraction(
         if not selected.any():
             raise ValueError("clip_fraction: the mask selects no tokens")
         return clipped[selected].float().mean().item()
-
-
-# --------------------------------------------------------------------------------------
-# The loop's policy-objective extension point (TrainConfig.importance_sampling_level)
-# --------------------------------------------------------------------------------------
-
-
-def apply_token_remedies(per_token_loss, log_probs, rollout, config) -> torch.Tensor:
-    """The entropy remedies that drop tokens from the policy loss, default off.
-
-    * Clip-Cov (``config.clip_cov_ratio`` > 0; Cui et al. 2025, arXiv 2505.22617): the
-      per-token loss of ``covariance.clip_cov_tokens`` is multiplied by 0 (value and
-      gradient), as verl's ``compute_policy_loss_clip_cov``. "Already clipped" means the
-      clipped PPO term is active (``clip_mask`` != 0). The random pick is seeded from
-      ``config.seed`` and the batch's tokens, so a run is reproducible.
-    * High-entropy tokens only (``config.top_entropy_quantile`` < 1; Wang et al. 2025,
-      arXiv 2506.01939; TRL's ``top_entropy_quantile``): the loss of every real token
-      outside ``masking.high_entropy_mask(rollout.token_entropy, mask, q)`` is multiplied
-      by 0 (TRL's ``per_token_loss * entropy_mask``; the aggregation still divides by all
-      real tokens). ``rollout.token_entropy`` is the sampling policy's per-token entropy,
-      which the loop stores once per batch (with one optimizer step per batch it is the
-      step's own entropy, as in TRL).
-
-    per_token_loss, log_probs float[batch, trial, pos] -> float[batch, trial, pos].
-    """
-    ratio = getattr(config, "clip_cov_ratio", 0.0)
-    if ratio > 0:
-        clipped = clip_mask(
-            log_probs.detach(), rollout.old_log_probs, rollout.deltas, config.epsilon,
-            config.epsilon_high,
-        ) != 0  # fmt: skip
-        seed = config.seed * 1_000_003 + int(rollout.responses.sum()) + rollout.responses.numel()
-        chosen = clip_cov_tokens(
-            log_probs,
-            rollout.deltas,
-            clipped,
-            ratio,
-            config.clip_cov_lb,
-            config.clip_cov_ub,
-            rollout.mask,
-            torch.Generator().manual_seed(seed),
-        )
-        per_token_loss = torch.where(chosen, torch.zeros_like(per_token_loss), per_token_loss)
-    quantile = getattr(config, "top_entropy_quantile", 1.0)
-    if quantile < 1:
-        keep = high_entropy_mask(rollout.token_entropy, rollout.mask, quantile)
-        per_token_loss = per_token_loss * keep.to(per_token_loss.dtype)
-    return per_token_loss
-
-
-def _objective(log_probs: torch.Tensor, rollout, config, level: str) -> torch.Tensor:
-    if config.loss_mode == "naive":
-        old = None
-    elif config.detach_old_log_probs:
-        old = rollout.old_log_probs
-    else:
-        old = log_probs  # the freeze pitfall, on purpose
-    loss = compute_per_token_loss(
-        log_probs,
-        rollout.deltas,
-        config.loss_mode,
-        old_log_probs=old,
-        epsilon=config.epsilon,
-        check_frozen=config.detach_old_log_probs,
-        epsilon_high=config.epsilon_high,
-        importance_sampling_level=level,
-        mask=rollout.mask if level == "sequence" or config.loss_mode == "kl_cov" else None,
-        dual_clip_c=config.dual_clip_c,
-        sapo_temperature_pos=config.sapo_temperature_pos,
-        sapo_temperature_neg=config.sapo_temperature_neg,
-        kl_cov_ratio=config.kl_cov_ratio,
-        kl_cov_coef=config.kl_cov_coef,
-    )
-    return apply_token_remedies(loss, log_probs, rollout, config)
-
-
-def token_level_objective(log_probs: torch.Tensor, rollout, config) -> torch.Tensor:
-    """Per-token loss float[batch, trial, pos] with per-token ratios pi_t / pi_old,t.
-
-    ``config.loss_mode`` picks the loss (``compute_per_token_loss``); the ratio's
-    reference is ``rollout.old_log_probs``. With ``config.detach_old_log_probs=False``
-    it is instead the current log-probs, still attached to the graph: the freeze
-    pitfall, where the ratio is exactly 1 with zero gradient. (A second forward pass
-    with gradients would give the same values and cancel only up to float rounding,
-    ~1e-9, which Adam would amplify into noise.)
-    """
-    return _objective(log_probs, rollout, config, "token")
-
-
-def sequence_level_objective(log_probs: torch.Tensor, rollout, config) -> torch.Tensor:
-    """GSPO: the same losses with one ratio per response, s_i (arXiv 2507.18071 eq. 5-7).
-
-    s_i = exp(mean over response i's real tokens (``rollout.mask``) of log pi - log pi_old),
-    clipped per sequence; float[batch, trial, pos] (constant over a response's tokens for
-    the ratio losses). GSPO's paper clips at epsilon 3e-4, epsilon_high 4e-4 and averages
-    per sequence (``loss_aggregation="sequence_mean"``).
-    """
-    return _objective(log_probs, rollout, config, "sequence")
-
-
-#: name -> objective ``fn(log_probs, rollout, config) -> per-token loss``
-#: (``TrainConfig.importance_sampling_level``).
-POLICY_OBJECTIVES: dict[str, object] = {
-    "token": token_level_objective,
-    "sequence": sequence_level_objective,
-}

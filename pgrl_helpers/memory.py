@@ -301,3 +301,30 @@ def measure_copies(make_model, algorithm: str = "grpo", mixed: bool = True) -> d
             out[name] = _nbytes(frozen.parameters())
     out["total"] = sum(v for k, v in out.items() if k != "num_params")
     return out
+
+
+def measured_memory(
+    module: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
+) -> dict:
+    """Bytes a module really holds: {'params', 'weights', 'grads', 'optimizer', 'total'}.
+
+    weights and grads: ``numel * element_size`` of every parameter and its ``.grad``
+    (None counts 0); optimizer: every tensor in ``optimizer.state`` for this module's
+    parameters (Adam: exp_avg, exp_avg_sq and a scalar step). Activations not counted.
+    """
+    params = list(module.parameters())
+    weights = sum(p.numel() * p.element_size() for p in params)
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
+    state = 0
+    if optimizer is not None:
+        for p in params:
+            for value in optimizer.state.get(p, {}).values():
+                if isinstance(value, torch.Tensor) and value.ndim > 0:
+                    state += value.numel() * value.element_size()
+    return {
+        "params": sum(p.numel() for p in params),
+        "weights": weights,
+        "grads": grads,
+        "optimizer": state,
+        "total": weights + grads + state,
+    }

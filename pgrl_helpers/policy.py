@@ -66,16 +66,16 @@ class PositionalPolicy:
         return responses, torch.ones(responses.shape, dtype=torch.float32)
 
     def log_probs(self, prompts, responses):
-        return sampling.compute_log_probs(prompts, responses, self)
+        return sampling.compute_log_probs(self, prompts, responses)
 
     def token_entropy(self, prompts, responses):
-        per_slot = sampling.token_entropy(prompts, self)  # [batch, pos]
+        per_slot = sampling.token_entropy(self, prompts)  # [batch, pos]
         return per_slot[:, None, :].expand(responses.shape)  # same for every sample
 
     def mean_entropy(self, prompts, responses, mask):
         # Every slot is real and the entropy depends on the prompt only: the mean over
         # [batch, trial, pos] equals the mean over [batch, pos] (computed that way).
-        return sampling.token_entropy(prompts, self).mean()
+        return sampling.token_entropy(self, prompts).mean()
 
     def greedy(self, prompts):
         was_training = self.training

@@ -36,7 +36,7 @@ def plain_reinforce(
     for _ in range(num_steps):
         samples = sample_responses(model, prompt, batch_size, generator=generator)
         rewards = reward_fn(prompt, samples)  # [1, trial]
-        log_probs = compute_log_probs(prompt, samples, model).sum(dim=-1)  # [1, trial]
+        log_probs = compute_log_probs(model, prompt, samples).sum(dim=-1)  # [1, trial]
         surrogate = -(log_probs * rewards).mean()  # the REINFORCE loss
         model.zero_grad()
         surrogate.backward()

@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .offpolicy import StaleSource
-
 
 @dataclass
 class Rollout:
@@ -73,31 +71,6 @@ class Rollout:
         if self.loss_weights is None:
             return per_token_loss
         return per_token_loss * self.loss_weights
-
-
-# --------------------------------------------------------------------------------------
-# Rollout sources
-# --------------------------------------------------------------------------------------
-
-
-class OnPolicySource:
-    """The trained policy samples; its frozen log-probs at sampling time are the old ones."""
-
-    def __init__(self, policy, config):
-        self.policy = policy
-
-    def sample(self, prompts, num_samples, generator):
-        return self.policy.sample(prompts, num_samples, generator)
-
-    def old_log_probs(self, rollout: Rollout) -> torch.Tensor:
-        return self.policy.log_probs(rollout.prompts, rollout.responses)
-
-    def after_optimizer_step(self) -> None:
-        pass
-
-
-#: name -> rollout source class (``TrainConfig.rollout_source``).
-ROLLOUT_SOURCES: dict[str, type] = {"on_policy": OnPolicySource, "stale": StaleSource}
 
 
 class Resampler:
@@ -284,19 +257,6 @@ def dapo_filter(rollout: Rollout, config) -> Rollout:
     """DAPO's batch recipe: overlong shaping of the rewards, then dynamic sampling (the
     tie test reads the shaped rewards; resampled groups are shaped too)."""
     return dynamic_sampling(rollout, config, shaping=overlong_shaping)
-
-
-#: name -> batch filter ``fn(rollout, config) -> Rollout`` (``TrainConfig.batch_filter``).
-BATCH_FILTERS: dict[str, object] = {
-    "none": keep_all_groups,
-    "dynamic_sampling": dynamic_sampling,
-    "overlong_shaping": overlong_shaping,
-    "overlong_filtering": overlong_filtering,
-    "dapo": dapo_filter,
-}
-
-#: Filters that read EOS / the maximum length: the variable-length task only.
-OVERLONG_FILTERS: tuple[str, ...] = ("overlong_shaping", "overlong_filtering", "dapo")
 
 
 def frac_reward_zero_std(rewards: torch.Tensor) -> float:

@@ -3,7 +3,7 @@
 Works with any policy whose ``forward(prompts int[batch, pos])`` returns logits
 ``float[batch, pos, vocab]``, or an output object with a ``.logits`` attribute of that
 shape (a Hugging Face causal LM's output). Wherever a ``model`` is expected you may also
-pass the logits tensor itself (``compute_log_probs(prompts, responses, logits)``), e.g.
+pass the logits tensor itself (``compute_log_probs(logits, prompts, responses)``), e.g.
 logits you already computed with a real language model.
 """
 
@@ -63,7 +63,7 @@ def greedy_responses(model, prompts: torch.Tensor) -> torch.Tensor:
         return _logits(model, prompts).argmax(dim=-1)[:, None, :]
 
 
-def compute_log_probs(prompts: torch.Tensor, responses: torch.Tensor, model) -> torch.Tensor:
+def compute_log_probs(model, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
     """Per-token log pi(response token | prompt).
 
     prompts int[batch, pos], responses int[batch, trial, pos] -> float[batch, trial, pos].
@@ -105,6 +105,6 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return -(log_probs.exp() * log_probs).sum(dim=-1)
 
 
-def token_entropy(prompts: torch.Tensor, model) -> torch.Tensor:
+def token_entropy(model, prompts: torch.Tensor) -> torch.Tensor:
     """Entropy of the policy at every output position (nats): float[batch, pos]."""
     return entropy_from_logits(_logits(model, prompts))

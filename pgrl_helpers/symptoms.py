@@ -33,7 +33,7 @@ CATALOGUE: dict[str, tuple[str, str, str, str]] = {
         "centred deltas average to 0 in every group, and the ratio is ~1 on fresh samples: "
         "the loss value is not a progress measure (the gradient is not 0)",
         "nothing: watch the reward and held-out metrics instead of the loss",
-        "mean_reward, heldout_exact_sort / TRL reward",
+        "mean_reward, validation_exact_sort / TRL reward",
     ),
     "reward_hacking": (
         "reward up while held-out exact-sort is flat or down",
@@ -41,7 +41,7 @@ CATALOGUE: dict[str, tuple[str, str, str, str]] = {
         "scores), or the policy memorises its training prompts",
         "close the loophole (a reward that is maximal only at the goal, e.g. "
         "sort_distance_reward); train on fresh prompts; always log a true metric",
-        "heldout_exact_sort next to heldout_mean_reward / TRL rewards/<fn>/mean per reward",
+        "validation_exact_sort next to validation_mean_reward / TRL rewards/<fn>/mean per reward",
     ),
     "plateau": (
         "the reward stopped improving and the goal was never reached: the run is stuck",
@@ -50,7 +50,7 @@ CATALOGUE: dict[str, tuple[str, str, str, str]] = {
         "represent the task, a learning rate too small",
         "check the other findings for the cause; raise the start's entropy (smaller initial "
         "logits), a partial-credit reward, centred or normalised deltas, a larger model",
-        "mean_reward next to heldout_exact_sort / TRL reward and an accuracy reward",
+        "mean_reward next to validation_exact_sort / TRL reward and an accuracy reward",
     ),
     "entropy_collapse": (
         "entropy collapsed before the task was solved: the policy stopped exploring",
@@ -61,7 +61,7 @@ CATALOGUE: dict[str, tuple[str, str, str, str]] = {
     ),
     "kl_blowup": (
         "KL to the reference blew up: the policy ran far from the reference",
-        "kl_penalty (beta) too small for the learning rate, reference never refreshed, "
+        "kl_coef (beta) too small for the learning rate, reference never refreshed, "
         "learning rate too high",
         "larger beta, lower learning_rate, refresh the reference (compute_ref_model_period)",
         "kl / TRL kl",
@@ -155,7 +155,7 @@ EPOCHS = 20
 def healthy_config(seed: int = 0):
     """The healthy run every planted cause changes one thing of: a 2-layer SortTransformer on
     random length-4 prompts, values 0-5, G 8, 32 prompts x 2 steps per epoch, 20 epochs."""
-    from .training import TrainConfig
+    from .config import TrainConfig
 
     return TrainConfig(
         model="transformer", prompt_source="random", prompt_length=4, vocab_size=6,
@@ -167,7 +167,7 @@ def healthy_config(seed: int = 0):
 
 
 def _length_probe(seed: int, aggregation: str):
-    from .training import TrainConfig
+    from .config import TrainConfig
 
     return TrainConfig(
         model="autoregressive", task="sort_dedup", prompt_source="random", prompt_length=4,
@@ -187,7 +187,7 @@ def planted_run(name: str, seed: int = 0):
     5 with nothing sorted) and the control is the healthy run."""
     from dataclasses import replace as R
 
-    from .training import TrainConfig
+    from .config import TrainConfig
 
     if name not in PLANTED:
         raise ValueError(f"name must be one of {sorted(PLANTED)}, got {name!r}")
@@ -201,8 +201,8 @@ def planted_run(name: str, seed: int = 0):
         "reward_hacking": (R(long, reward_fn="sort_inclusion_ordering_reward"), long),
         "entropy_collapse": (R(h, learning_rate=1e-1), h),
         "kl_blowup": (
-            R(h, kl_penalty=0.01, compute_ref_model_period=1000),
-            R(h, kl_penalty=0.1, compute_ref_model_period=1000),
+            R(h, kl_coef=0.01, compute_ref_model_period=1000),
+            R(h, kl_coef=0.1, compute_ref_model_period=1000),
         ),
         "clip_high": (R(h, epsilon=0.01), h),
         "clip_zero": (R(h, learning_rate=1e-4), h),

@@ -154,7 +154,7 @@ class PromptTask:
             f"(got {', '.join(short)}); choose a smaller num_eval_prompts"
         )
 
-    def heldout_prompts(self, n: int, seed: int) -> torch.Tensor:
+    def validation_prompts(self, n: int, seed: int) -> torch.Tensor:
         """The first held-out set of ``heldout_split`` (the validation set): int64[n, pos]."""
         return self.heldout_split((n,), seed)[0]
 

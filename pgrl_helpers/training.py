@@ -21,7 +21,7 @@ Per epoch, the four steps the lecture names:
 Four named extension points, each a registry keyed by a ``TrainConfig`` field:
 ``rollout.ROLLOUT_SOURCES`` (``rollout_source``), ``rollout.BATCH_FILTERS``
 (``batch_filter``), ``advantages.ADVANTAGE_ESTIMATORS`` (``advantage_estimator``) and
-``losses.POLICY_OBJECTIVES`` (``importance_sampling_level``).
+``losses.POLICY_OBJECTIVES`` (``policy_objective``).
 """
 
 from __future__ import annotations
@@ -32,42 +32,21 @@ from collections.abc import Callable
 import torch
 from tqdm.auto import tqdm
 
-from .advantages import build_estimator
-from .config import MODEL_NAMES, PROMPT_SOURCES, TASKS, TrainConfig, config_fields
-from .history import EVAL_KEYS, METRICS, STEP_KEYS, History, history_columns
+from .config import TrainConfig
+from .history import History
 from .infra import PhaseClock
 from .kl import build_kl_controller, kl_per_response
-from .losses import POLICY_OBJECTIVES, clip_fraction, compute_ratio
+from .losses import clip_fraction, compute_ratio
 from .masking import aggregate_loss
 from .policy import check_policy_fits
-from .rollout import (
+from .registry import (
     BATCH_FILTERS,
+    POLICY_OBJECTIVES,
     ROLLOUT_SOURCES,
     OnPolicySource,
-    Resampler,
-    Rollout,
-    frac_reward_zero_std,
+    build_estimator,
 )
-from .task import encode_prompts
-
-__all__ = [
-    "EVAL_KEYS",
-    "METRICS",
-    "MODEL_NAMES",
-    "PROMPT_SOURCES",
-    "STEP_KEYS",
-    "TASKS",
-    "History",
-    "NonFiniteError",
-    "TrainConfig",
-    "build_model",
-    "config_fields",
-    "evaluate_greedy",
-    "history_columns",
-    "make_heldout_prompts",
-    "make_heldout_split",
-    "run_policy_gradient",
-]
+from .rollout import Resampler, Rollout, frac_reward_zero_std
 
 
 class NonFiniteError(FloatingPointError):
@@ -77,12 +56,12 @@ class NonFiniteError(FloatingPointError):
 def run_policy_gradient(
     config: TrainConfig,
     callback: Callable[[int, History], object] | None = None,
-    model: torch.nn.Module | None = None,
+    policy: torch.nn.Module | None = None,
 ) -> History:
     """Train a policy with GRPO-style policy gradients; return the history.
 
     ``callback(epoch, history)`` runs after every epoch (and its evaluation, if any);
-    returning True or "stop" ends the run. ``model`` continues training a given policy
+    returning True or "stop" ends the run. ``policy`` continues training a given policy
     (it must implement ``Policy`` and fit every shape the config implies) instead of
     building one. The same config (seed included) gives an identical history.
     """
@@ -91,7 +70,7 @@ def run_policy_gradient(
     if config.num_threads is not None:
         torch.set_num_threads(config.num_threads)
     try:
-        return _train(config, callback, model)
+        return _train(config, callback, policy)
     finally:
         torch.set_num_threads(threads_before)
 
@@ -117,7 +96,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
     batch_filter = BATCH_FILTERS[config.batch_filter]
     estimator = build_estimator(config.advantage_estimator, policy, config)
     history.advantage_estimator = estimator
-    objective = POLICY_OBJECTIVES[config.importance_sampling_level]
+    objective = POLICY_OBJECTIVES[config.policy_objective]
     kl_coef = build_kl_controller(config)  # beta: fixed, or adapted to config.kl_target
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
     prompt_generator = torch.Generator().manual_seed(config.seed)
@@ -133,7 +112,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
     for epoch in bar:
         clock.start()
         # 1. refresh the frozen reference model on schedule (only when the KL term is on)
-        if config.kl_penalty > 0 and epoch % config.compute_ref_model_period == 0:
+        if config.kl_coef > 0 and epoch % config.compute_ref_model_period == 0:
             history.ref_model = _freeze(policy)
             history.ref_refresh_epochs.append(epoch)
 
@@ -154,7 +133,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
         reuse = _reuses_step_log_probs(config, source)
         with torch.no_grad():
             rollout.old_log_probs = None if reuse else source.old_log_probs(rollout)  # [b, t, pos]
-            if config.kl_penalty > 0:
+            if config.kl_coef > 0:
                 rollout.ref_log_probs = history.ref_model.log_probs(
                     rollout.prompts, rollout.responses
                 )
@@ -172,7 +151,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
             per_token_loss = rollout.weighted(objective(log_probs, rollout, config))
             loss = aggregate_loss(per_token_loss, rollout.mask, config.loss_aggregation)
             kl = None
-            if config.kl_penalty > 0:
+            if config.kl_coef > 0:
                 kl = kl_per_response(
                     log_probs, rollout.ref_log_probs, config.kl_estimator, rollout.mask
                 )
@@ -295,7 +274,7 @@ def _evaluate_on_schedule(history, task, config, epochs_done: int, counters: dic
 def _evaluate(history, task, config, epochs_done, step, responses_sampled) -> bool:
     """Append an eval record; True if the stopping target is reached."""
     try:
-        scores = evaluate_greedy(history.model, history.heldout_prompts, task)
+        scores = evaluate_greedy(history.model, history.validation_prompts, task)
         test = evaluate_greedy(history.model, history.test_prompts, task)  # never read below
     except ValueError as err:
         raise ValueError(f"held-out evaluation after {epochs_done} epochs: {err}") from err
@@ -308,14 +287,14 @@ def _evaluate(history, task, config, epochs_done, step, responses_sampled) -> bo
             "epoch": epochs_done,
             "step": step,
             "responses_sampled": responses_sampled,
-            "heldout_exact_sort": scores["exact_sort"],
-            "heldout_mean_reward": scores["mean_reward"],
+            "validation_exact_sort": scores["exact_sort"],
+            "validation_mean_reward": scores["mean_reward"],
             "train_exact_sort": train,
             "test_exact_sort": test["exact_sort"],
             "test_mean_reward": test["mean_reward"],
         }
     )
-    target = config.target_heldout_exact_sort  # the stopping rule reads validation only
+    target = config.target_validation_exact_sort  # the stopping rule reads validation only
     return target is not None and scores["exact_sort"] >= target
 
 
@@ -333,12 +312,23 @@ def _hold_out(history, task, config) -> torch.Tensor:
 
     The stopping rule reads validation only; training never sees a prompt with these keys.
     """
-    sizes = (config.heldout_size, config.heldout_size)
-    history.heldout_prompts, history.test_prompts = task.heldout_split(sizes, config.eval_seed)
+    history.validation_prompts, history.test_prompts = heldout_split(config, task)
     history.heldout_keys = task.prompt_key(
-        torch.cat([history.heldout_prompts, history.test_prompts])
+        torch.cat([history.validation_prompts, history.test_prompts])
     )
     return history.heldout_keys
+
+
+def heldout_split(config: TrainConfig, task=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The run's (validation, test) prompts int64[n, prompt_pos], n = ``config.heldout_size``.
+
+    Disjoint by the task's key and drawn with ``config.eval_seed``: the same sets for every
+    training seed, and the loop never trains on a prompt with one of their keys.
+    """
+    task = config.build_task() if task is None else task
+    sizes = (config.heldout_size, config.heldout_size)
+    validation, test = task.heldout_split(sizes, config.eval_seed)
+    return validation, test
 
 
 def _check_finite_parameters(policy, epoch: int, step: int) -> None:
@@ -363,30 +353,3 @@ def _check_finite(value: torch.Tensor, what: str, epoch: int, step: int) -> None
             f"non-finite {what} ({value.flatten()[:4].tolist()}) at epoch {epoch}, step {step}: "
             "try a smaller learning_rate, or check the reward function"
         )
-
-
-# --------------------------------------------------------------------------------------
-# Conveniences kept for notebooks and benchmarks
-# --------------------------------------------------------------------------------------
-
-
-def build_model(config: TrainConfig) -> torch.nn.Module:
-    """The policy named by ``config.model``, initialised with ``config.seed``."""
-    return config.build_policy()
-
-
-def make_heldout_prompts(config: TrainConfig) -> torch.Tensor:
-    """The run's validation prompts int64[n, prompt_length] (drawn with ``config.eval_seed``)."""
-    return config.build_task().heldout_prompts(config.heldout_size, config.eval_seed)
-
-
-def make_heldout_split(config: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """The run's (validation, test) prompts: disjoint by the task's key, never trained on."""
-    sizes = (config.heldout_size, config.heldout_size)
-    validation, test = config.build_task().heldout_split(sizes, config.eval_seed)
-    return validation, test
-
-
-def _encode(prompts: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """int[batch, pos] -> int64[batch]: each prompt as one number in base vocab_size."""
-    return encode_prompts(prompts, vocab_size)

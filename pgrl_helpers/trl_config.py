@@ -33,6 +33,14 @@ from .advantages import DELTA_MODES
 from .kl import KL_ESTIMATORS
 from .losses import LOSS_MODES
 
+#: TRL ``GRPOConfig.scale_rewards`` -> our delta mode. TRL adds 1e-4 to the std where we
+#: floor it at ``std_floor`` and add ``eps``: the two agree wherever the std is >> 1e-3.
+TRL_SCALE_REWARDS: dict[str, str] = {
+    "group": "normalized_rewards",
+    "batch": "batch_normalized_rewards",
+    "none": "centered_rewards",
+}
+
 #: Our delta modes that GRPOTrainer reproduces, and the ``scale_rewards`` value that does it.
 DELTA_MODE_TO_SCALE_REWARDS: dict[str, str] = {
     "centered_rewards": "none",
@@ -87,7 +95,7 @@ _MAPPED_FIELDS = (
     "deltas_mode",
     "loss_mode",
     "epsilon",
-    "kl_penalty",
+    "kl_coef",
     "entropy_coef",
     "kl_estimator",
     "compute_ref_model_period",
@@ -221,7 +229,7 @@ def loss_type_for(
 
 
 def kl_kwargs_for(
-    kl_penalty: float,
+    kl_coef: float,
     kl_estimator: str,
     max_completion_length: int,
     compute_ref_model_period: int | None,
@@ -231,14 +239,14 @@ def kl_kwargs_for(
 ) -> dict[str, Any]:
     """``beta`` and the reference-sync arguments for our KL settings.
 
-    Our loss adds ``kl_penalty x`` the KL of each response (k3 summed over its real
-    tokens), averaged over responses: kl_penalty * sum_it k3_it / N. TRL adds
+    Our loss adds ``kl_coef x`` the KL of each response (k3 summed over its real
+    tokens), averaged over responses: kl_coef * sum_it k3_it / N. TRL adds
     ``beta * k3`` to every token's loss and then aggregates by ``loss_type``:
 
     * fixed length T (every response has max_completion_length = T tokens): every
-      loss_type gives beta * sum_it k3_it / (N T), so ``beta = kl_penalty * T``;
+      loss_type gives beta * sum_it k3_it / (N T), so ``beta = kl_coef * T``;
     * variable length: only ``dr_grpo`` divides by a constant, beta * sum_it k3_it /
-      (N * max_completion_length), so ``beta = kl_penalty * max_completion_length``;
+      (N * max_completion_length), so ``beta = kl_coef * max_completion_length``;
       ``dapo`` / ``bnpo`` divide by the batch's token count and ``grpo`` by each
       response's own length, which no constant beta reproduces: ValueError.
 
@@ -252,9 +260,9 @@ def kl_kwargs_for(
         raise ValueError(
             f"unknown kl_estimator {kl_estimator!r}; valid values are: {', '.join(KL_ESTIMATORS)}"
         )
-    if not (isinstance(kl_penalty, (int, float)) and math.isfinite(kl_penalty) and kl_penalty >= 0):
-        raise ValueError(f"kl_penalty must be >= 0 and finite, got {kl_penalty!r}")
-    if kl_penalty == 0:
+    if not (isinstance(kl_coef, (int, float)) and math.isfinite(kl_coef) and kl_coef >= 0):
+        raise ValueError(f"kl_coef must be >= 0 and finite, got {kl_coef!r}")
+    if kl_coef == 0:
         return {"beta": 0.0, "sync_ref_model": False}
     if kl_estimator != "k3":
         raise ValueError(
@@ -265,15 +273,15 @@ def kl_kwargs_for(
     if variable_length and loss_type != "dr_grpo":
         divisor = "each response's length" if loss_type == "grpo" else "the batch's token count"
         raise ValueError(
-            f"kl_penalty > 0 with variable-length responses and loss_type {loss_type!r} has no "
+            f"kl_coef > 0 with variable-length responses and loss_type {loss_type!r} has no "
             "GRPOTrainer equivalent: our KL term is each response's KL summed over its tokens, "
             "averaged over responses, while TRL adds beta * KL to every token and then divides "
             f"by {divisor}, so no constant beta matches when lengths differ. Use loss_aggregation="
-            "'constant_normalizer' (TRL's dr_grpo, beta = kl_penalty x max_completion_length) "
-            "or kl_penalty=0"
+            "'constant_normalizer' (TRL's dr_grpo, beta = kl_coef x max_completion_length) "
+            "or kl_coef=0"
         )
     kwargs: dict[str, Any] = {
-        "beta": float(kl_penalty) * max_completion_length,
+        "beta": float(kl_coef) * max_completion_length,
         "use_bias_correction_kl": False,
         "sync_ref_model": False,
     }
@@ -359,7 +367,7 @@ def grpo_config_kwargs(config: Any, loss_type: str | None = None, **overrides) -
             _get(config, "epsilon_high"),
         ),
         **kl_kwargs_for(
-            _get(config, "kl_penalty"),
+            _get(config, "kl_coef"),
             _get(config, "kl_estimator"),
             max_length,
             _get(config, "compute_ref_model_period"),
@@ -450,9 +458,9 @@ def mapping_table(config: Any, loss_type: str | None = None) -> list[tuple[str, 
             "most tokens per completion, EOS included",
         ),
         (
-            f"kl_penalty={_get(config, 'kl_penalty')}, kl_estimator={_get(config, 'kl_estimator')!r}",
+            f"kl_coef={_get(config, 'kl_coef')}, kl_estimator={_get(config, 'kl_estimator')!r}",
             kl_args,
-            f"k3, KL(policy || ref); beta = kl_penalty x {length} (we sum KL over a response)",
+            f"k3, KL(policy || ref); beta = kl_coef x {length} (we sum KL over a response)",
         ),
         (
             f"entropy_coef={_get(config, 'entropy_coef')}",

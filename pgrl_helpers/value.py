@@ -220,7 +220,7 @@ class GAEEstimator:
         rewards = outcome_token_rewards(rollout.rewards, rollout.mask)
         if config.kl_in_reward:
             k1 = kl_k1(rollout.old_log_probs, rollout.ref_log_probs)
-            rewards = rewards - config.kl_penalty * k1 * rollout.mask
+            rewards = rewards - config.kl_coef * k1 * rollout.mask
         return rewards
 
     def __call__(self, rollout, config) -> torch.Tensor:
@@ -253,28 +253,3 @@ class GAEEstimator:
             self.optimizer.step()
             losses.append(loss.item())
         self.value_losses.append(sum(losses) / len(losses))
-
-
-def measured_memory(module: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict:
-    """Bytes a module really holds: {'params', 'weights', 'grads', 'optimizer', 'total'}.
-
-    weights and grads: ``numel * element_size`` of every parameter and its ``.grad``
-    (None counts 0); optimizer: every tensor in ``optimizer.state`` for this module's
-    parameters (Adam: exp_avg, exp_avg_sq and a scalar step). Activations not counted.
-    """
-    params = list(module.parameters())
-    weights = sum(p.numel() * p.element_size() for p in params)
-    grads = sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
-    state = 0
-    if optimizer is not None:
-        for p in params:
-            for value in optimizer.state.get(p, {}).values():
-                if isinstance(value, torch.Tensor) and value.ndim > 0:
-                    state += value.numel() * value.element_size()
-    return {
-        "params": sum(p.numel() for p in params),
-        "weights": weights,
-        "grads": grads,
-        "optimizer": state,
-        "total": weights + grads + state,
-    }

@@ -35,10 +35,13 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from .advantages import DELTA_MODES, compute_deltas
+from .config import PROMPT_SOURCES, TrainConfig
 from .diagnose import diagnose
+from .history import History
 from .losses import LOSS_MODES
+from .registry import MODELS
 from .sort_task import REWARD_FNS
-from .training import MODEL_NAMES, PROMPT_SOURCES, History, TrainConfig, run_policy_gradient
+from .training import run_policy_gradient
 
 #: Settings the dashboard applies per model choice (the transformer needs a wider model).
 #: Only models that train on the dashboard's task (sorting) are offered: the
@@ -47,7 +50,7 @@ MODEL_DEFAULTS: dict[str, dict] = {
     "lecture": {"embedding_dim": 10},
     "transformer": {"embedding_dim": 32, "num_layers": 2, "num_heads": 4},
 }
-DASHBOARD_MODELS = tuple(m for m in MODEL_NAMES if m in MODEL_DEFAULTS)
+DASHBOARD_MODELS = tuple(m for m in MODELS if m in MODEL_DEFAULTS)
 
 #: The dashboard's presets: name -> (base config, init scale of the lecture model's
 #: embedding). Notebook 07 explains each: the lecture's stuck run (section 1), the same
@@ -95,7 +98,7 @@ CUSTOM = "custom (the base config)"
 #: The three panels of ``plot_histories``: (metric, record kind, y label).
 PANELS: tuple[tuple[str, str, str], ...] = (
     ("mean_reward", "step", "mean reward of sampled responses"),
-    ("heldout_exact_sort", "eval", "held-out exact-sort (greedy)"),
+    ("validation_exact_sort", "eval", "held-out exact-sort (greedy)"),
     ("loss", "step", "loss (moving dataset!)"),
 )
 
@@ -111,8 +114,8 @@ def run_label(config: TrainConfig, init_scale: float = 1.0) -> str:
         f"{config.deltas_mode}/{config.loss_mode}/{config.model} "
         f"G={config.num_responses} lr={config.learning_rate:g} seed={config.seed}"
     )
-    if config.kl_penalty:
-        label += f" kl={config.kl_penalty:g}"
+    if config.kl_coef:
+        label += f" kl={config.kl_coef:g}"
     if init_scale != 1.0:
         label += f" init×{init_scale:g}"
     return label
@@ -151,7 +154,7 @@ def _check_history(history) -> None:
 def summarize_history(history: History) -> dict:
     """One run in numbers: the last epoch's mean reward, the last held-out evaluation, ...
 
-    Returns {'run', 'epochs', 'steps', 'final_mean_reward', 'heldout_exact_sort',
+    Returns {'run', 'epochs', 'steps', 'final_mean_reward', 'validation_exact_sort',
     'train_exact_sort', 'stop_reason'}; values are None where the run has no record.
     """
     _check_history(history)
@@ -162,7 +165,7 @@ def summarize_history(history: History) -> dict:
         "epochs": evals[-1]["epoch"] if evals else 0,
         "steps": len(steps),
         "final_mean_reward": steps[-1]["mean_reward"] if steps else None,
-        "heldout_exact_sort": evals[-1]["heldout_exact_sort"] if evals else None,
+        "validation_exact_sort": evals[-1]["validation_exact_sort"] if evals else None,
         "train_exact_sort": evals[-1]["train_exact_sort"] if evals else None,
         "stop_reason": history.stop_reason,
     }
@@ -183,7 +186,7 @@ def format_runs_table(histories: Sequence[History]) -> str:
     for r in rows:
         lines.append(
             f"{r['run']:<{width}} {r['epochs']:>6} {_fmt(r['final_mean_reward'], '.2f'):>11} "
-            f"{_fmt(r['heldout_exact_sort'], '.1%'):>13} {_fmt(r['train_exact_sort'], '.0%'):>10}"
+            f"{_fmt(r['validation_exact_sort'], '.1%'):>13} {_fmt(r['train_exact_sort'], '.0%'):>10}"
         )
     return "\n".join(lines)
 
@@ -302,7 +305,7 @@ class TrainingDashboard(widgets.VBox):
     """The dashboard layout (a VBox) whose controls are attributes; see ``make_dashboard``.
 
     Controls: ``preset`` (sets every control from ``PRESETS``), ``deltas_mode``,
-    ``loss_mode``, ``model``, ``prompt_source``, ``reward_fn`` (dropdowns); ``kl_penalty``,
+    ``loss_mode``, ``model``, ``prompt_source``, ``reward_fn`` (dropdowns); ``kl_coef``,
     ``epsilon``, ``num_responses`` (G), ``learning_rate``, ``num_epochs``,
     ``num_steps_per_epoch``, ``init_scale`` (sliders; init scale multiplies the lecture
     model's initial embedding); ``seed`` (int box); buttons
@@ -362,8 +365,8 @@ class TrainingDashboard(widgets.VBox):
             style=style,
             layout=wide,
         )
-        self.kl_penalty = widgets.FloatSlider(
-            value=base.kl_penalty, min=0.0, max=1.0, step=0.01, description="KL penalty β",
+        self.kl_coef = widgets.FloatSlider(
+            value=base.kl_coef, min=0.0, max=1.0, step=0.01, description="KL penalty β",
             style=style, layout=wide,
         )  # fmt: skip
         self.epsilon = widgets.FloatSlider(
@@ -422,7 +425,7 @@ class TrainingDashboard(widgets.VBox):
                 widgets.VBox(
                     [
                         self.reward_fn,
-                        self.kl_penalty,
+                        self.kl_coef,
                         self.epsilon,
                         self.num_responses,
                         self.init_scale,
@@ -444,7 +447,7 @@ class TrainingDashboard(widgets.VBox):
         config, init_scale = self._preset_configs[name]
         self.base_config = dataclasses.replace(config)
         for field in (
-            "deltas_mode", "loss_mode", "model", "prompt_source", "reward_fn", "kl_penalty",
+            "deltas_mode", "loss_mode", "model", "prompt_source", "reward_fn", "kl_coef",
             "epsilon", "num_responses", "learning_rate", "num_epochs", "num_steps_per_epoch",
             "seed",
         ):  # fmt: skip
@@ -465,7 +468,7 @@ class TrainingDashboard(widgets.VBox):
             model=self.model.value,
             prompt_source=self.prompt_source.value,
             reward_fn=self.reward_fn.value,
-            kl_penalty=float(self.kl_penalty.value),
+            kl_coef=float(self.kl_coef.value),
             epsilon=float(self.epsilon.value),
             num_responses=int(self.num_responses.value),
             learning_rate=float(self.learning_rate.value),
@@ -562,7 +565,7 @@ class TrainingDashboard(widgets.VBox):
                 model = run.config.build_policy()
                 with torch.no_grad():
                     model.embedding.weight.mul_(run.init_scale)
-                kwargs["model"] = model
+                kwargs["policy"] = model
             run.history = run_policy_gradient(run.config, callback=callback, **kwargs)
             run.history.init_scale = run.init_scale  # shown in the run's label
         except Exception as err:  # shown in the widget; a traceback would be lost in a thread
@@ -574,7 +577,7 @@ class TrainingDashboard(widgets.VBox):
             message, error = (
                 f"Run {len(self.runs)} done{stopped}: mean reward "
                 f"{_fmt(summary['final_mean_reward'], '.2f')}, held-out exact-sort "
-                f"{_fmt(summary['heldout_exact_sort'], '.1%')}.",
+                f"{_fmt(summary['validation_exact_sort'], '.1%')}.",
                 False,
             )
         finally:

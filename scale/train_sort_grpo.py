@@ -53,7 +53,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--loss-mode", default="clipped")
     p.add_argument("--loss-aggregation", default="token_mean", help="-> TRL's loss_type")
     p.add_argument("--loss-type", default=None, help="an equivalent TRL loss_type, e.g. bnpo")
-    p.add_argument("--kl-penalty", type=float, default=0.0)
+    p.add_argument("--kl-coef", type=float, default=0.0)
     p.add_argument("--learning-rate", type=float, default=5e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model-dir", default=None, help="where the initial model is saved / loaded")
@@ -145,8 +145,8 @@ def main(argv=None) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from pgrl_helpers import trl_bridge
+    from pgrl_helpers.config import TrainConfig
     from pgrl_helpers.sort_task import make_prompts
-    from pgrl_helpers.training import TrainConfig
 
     transformers.logging.set_verbosity_error()
     state = PartialState(cpu=not torch.cuda.is_available())
@@ -155,7 +155,7 @@ def main(argv=None) -> dict:
         loss_mode=args.loss_mode,
         loss_aggregation=args.loss_aggregation,
         reward_fn=args.reward_fn,
-        kl_penalty=args.kl_penalty,
+        kl_coef=args.kl_coef,
         num_epochs=args.epochs,
         num_steps_per_epoch=args.steps_per_epoch,
         num_responses=args.group_size,

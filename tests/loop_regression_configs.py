@@ -18,7 +18,7 @@ CONFIGS: dict[str, dict] = {
         num_steps_per_epoch=3,
         deltas_mode="normalized_rewards",
         loss_mode="clipped",
-        kl_penalty=0.1,
+        kl_coef=0.1,
         compute_ref_model_period=2,
         learning_rate=1e-2,
     ),
@@ -57,7 +57,7 @@ CONFIGS: dict[str, dict] = {
         num_steps_per_epoch=2,
         deltas_mode="loo_rewards",
         loss_mode="unclipped",
-        kl_penalty=0.05,
+        kl_coef=0.05,
         kl_estimator="k1",
         compute_ref_model_period=2,
         reward_fn="sort_distance_reward",
@@ -97,7 +97,7 @@ CONFIGS: dict[str, dict] = {
         num_epochs=3,
         num_steps_per_epoch=2,
         loss_mode="clipped",
-        kl_penalty=0.1,
+        kl_coef=0.1,
         compute_ref_model_period=2,
         reward_fn="dedup_position_reward",
         max_response_length=5,
@@ -109,7 +109,8 @@ def record(name: str) -> dict:
     """The run's records plus what the History carries (prompts, refreshes, final weights)."""
     import torch
 
-    from pgrl_helpers.training import TrainConfig, run_policy_gradient
+    from pgrl_helpers.config import TrainConfig
+    from pgrl_helpers.training import run_policy_gradient
 
     threads_before = torch.get_num_threads()
     history = run_policy_gradient(TrainConfig(**CONFIGS[name]))
@@ -118,7 +119,7 @@ def record(name: str) -> dict:
         "records": [dict(r) for r in history],
         "stop_reason": history.stop_reason,
         "ref_refresh_epochs": list(history.ref_refresh_epochs),
-        "heldout_prompts": history.heldout_prompts.tolist(),
+        "validation_prompts": history.validation_prompts.tolist(),
         "test_prompts": history.test_prompts.tolist(),
         "train_prompts_with_heldout_key": history.train_prompts_with_heldout_key,
         "train_prompts": history.train_prompts.tolist(),

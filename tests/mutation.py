@@ -58,6 +58,10 @@ MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
     "clip_family": ("objectives", "mutation_kills_clip_family"),
     "covariance": ("kl_cov", "remedies", "mutation_kills_covariance"),
     "tool_task": ("tool_task", "mutation_kills_tool_task"),
+    "registry": (
+        "objectives", "remedies", "offpolicy", "value", "layers", "mutation_kills_advantages",
+        "mutation_kills_losses",
+    ),
 }  # fmt: skip
 
 #: mutmut's verdicts that count as "a test noticed the change".

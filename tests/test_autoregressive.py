@@ -86,27 +86,27 @@ def test_sampling_is_seeded_and_batched_greedy_matches_one_by_one():
 def test_log_probs_are_causal_and_match_the_sampling_distribution():
     model, p = policy(2), prompts(4, 2)
     responses = sample_responses(model, p, 3, torch.Generator().manual_seed(0))
-    log_probs = compute_log_probs(p, responses, model)
+    log_probs = compute_log_probs(model, p, responses)
     assert log_probs.shape == responses.shape and (log_probs <= 0).all()
     # changing token t never changes the log-probs of the tokens before it
     changed = responses.clone()
     changed[..., 3] = (changed[..., 3] + 1) % (V + 1)
-    after = compute_log_probs(p, changed, model)
+    after = compute_log_probs(model, p, changed)
     torch.testing.assert_close(after[..., :3], log_probs[..., :3])
     assert (after[..., 3] != log_probs[..., 3]).all()
     # the greedy response's tokens are the argmax of the next-token distribution
     greedy = greedy_responses(model, p)
-    entropy = token_entropy(p, greedy, model)
+    entropy = token_entropy(model, p, greedy)
     assert entropy.shape == greedy.shape and (entropy >= 0).all()
-    greedy_log_probs = compute_log_probs(p, greedy, model)
+    greedy_log_probs = compute_log_probs(model, p, greedy)
     for token in range(V + 1):
         other = greedy.clone()
         other[..., 0] = token
-        assert (compute_log_probs(p, other, model)[..., 0] <= greedy_log_probs[..., 0] + 1e-6).all()
+        assert (compute_log_probs(model, p, other)[..., 0] <= greedy_log_probs[..., 0] + 1e-6).all()
 
 
 def _policy_loss(model, p, responses, deltas, aggregation):
-    log_probs = compute_log_probs(p, responses, model)
+    log_probs = compute_log_probs(model, p, responses)
     per_token = compute_per_token_loss(log_probs, deltas, "clipped", log_probs.detach())
     return aggregate_loss(per_token, response_mask(responses, EOS), aggregation), log_probs
 
@@ -229,7 +229,7 @@ def test_compute_dedup_reward_checks_its_inputs():
 
 
 def ar_config(**overrides):
-    from pgrl_helpers.training import TrainConfig
+    from pgrl_helpers.config import TrainConfig
 
     settings = dict(
         model="autoregressive",
@@ -261,7 +261,7 @@ def test_training_loop_runs_the_autoregressive_policy_and_learns():
     # measured about -0.6 -> 0.4 (the untrained policy rambles and pays for extra tokens)
     history = run_policy_gradient(ar_config())
     evals = history.evals()
-    gain = evals[-1]["heldout_mean_reward"] - evals[0]["heldout_mean_reward"]
+    gain = evals[-1]["validation_mean_reward"] - evals[0]["validation_mean_reward"]
     assert gain > 0.3, f"held-out mean reward rose by only {gain:.3f}"
     lengths = [r["response_length"] for r in history.steps()]
     assert all(1 <= x <= P + 2 for x in lengths)  # default max_response_length = P + 2
@@ -277,7 +277,7 @@ def test_training_loop_accepts_every_aggregation_kl_and_clip_higher(aggregation)
         num_steps_per_epoch=2,
         eval_every=2,
         loss_aggregation=aggregation,
-        kl_penalty=0.05,
+        kl_coef=0.05,
         epsilon_high=0.28,
         max_response_length=8,
     )
@@ -288,7 +288,8 @@ def test_training_loop_accepts_every_aggregation_kl_and_clip_higher(aggregation)
 
 
 def test_fixed_length_models_keep_their_loss_under_every_aggregation():
-    from pgrl_helpers.training import TrainConfig, run_policy_gradient
+    from pgrl_helpers.config import TrainConfig
+    from pgrl_helpers.training import run_policy_gradient
 
     base = dict(num_epochs=2, num_steps_per_epoch=2, eval_every=2)
     reference = run_policy_gradient(TrainConfig(**base))

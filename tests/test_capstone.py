@@ -11,7 +11,7 @@ import pytest
 from pgrl_helpers import checks
 
 FIXES = {
-    "A": ("kl_penalty_too_strong", {"kl_penalty": 0.0}),
+    "A": ("kl_penalty_too_strong", {"kl_coef": 0.0}),
     "B": ("learning_rate_too_high", {"learning_rate": 3e-3}),
     "C": ("old_log_probs_not_detached", {"detach_old_log_probs": True}),
 }
@@ -41,7 +41,7 @@ def test_broken_run_never_reaches_the_target_and_holds_out_by_content(run):
     history = checks.broken_run(run)
     evals = history.evals()
     assert history.stop_reason is None, "a broken run must not stop at the target"
-    assert max(e["heldout_exact_sort"] for e in evals) < checks.CAPSTONE_STOP
+    assert max(e["validation_exact_sort"] for e in evals) < checks.CAPSTONE_STOP
     assert evals[-1]["test_exact_sort"] < checks.CAPSTONE_TARGET
     assert max(e["test_exact_sort"] for e in evals) == 0.0  # the README says: 0% on test
     assert history.train_prompts_with_heldout_key == 0
@@ -77,7 +77,7 @@ def test_intended_fix_passes_with_the_visible_and_the_hidden_seed(run):
 
 def test_wrong_diagnoses_and_fixes_are_refused():
     broken = checks.broken_config("A")
-    fixed = replace(broken, kl_penalty=0.0)
+    fixed = replace(broken, kl_coef=0.0)
     assert result("A", stub).status == checks.TODO
     assert "pair" in result("A", lambda: fixed).message
     assert "not in the list" in result("A", lambda: ("bad_luck", fixed)).message

@@ -143,7 +143,7 @@ def test_expected_reward_mistakes():
 
     def parts(model, prompts):
         responses = all_responses(3, 3)[None].expand(prompts.shape[0], -1, -1)
-        token = compute_log_probs(prompts, responses, model)
+        token = compute_log_probs(model, prompts, responses)
         return token, compute_reward(prompts, responses, "sort_distance_reward")
 
     def log_weights(model, prompts):
@@ -208,14 +208,14 @@ def _loop_variant(mode):
     def loop(model, prompts, responses, deltas, num_steps=3, learning_rate=0.5):
         optimizer = torch.optim.SGD(model.parameters(), lr=learning_rate)
         with torch.no_grad():
-            old = compute_log_probs(prompts, responses, model)
+            old = compute_log_probs(model, prompts, responses)
         for _ in range(num_steps):
             if mode == "unfrozen":
-                old = compute_log_probs(prompts, responses, model)
+                old = compute_log_probs(model, prompts, responses)
             elif mode == "refresh":
                 with torch.no_grad():
-                    old = compute_log_probs(prompts, responses, model)
-            log_probs = compute_log_probs(prompts, responses, model)
+                    old = compute_log_probs(model, prompts, responses)
+            log_probs = compute_log_probs(model, prompts, responses)
             loss = -(torch.exp(log_probs - old) * deltas[:, :, None])
             loss = loss.sum() if mode == "sum" else loss.mean()
             if mode == "sign":

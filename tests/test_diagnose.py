@@ -14,10 +14,11 @@ import pytest
 import torch
 
 from pgrl_helpers import diagnose as dg
+from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.dedup_task import dedup_exact_reward
 from pgrl_helpers.diagnose import CATALOGUE, Finding, diagnose, warnings_only
 from pgrl_helpers.sort_task import exact_sort, sort_distance_reward_batch
-from pgrl_helpers.training import TrainConfig, build_model, run_policy_gradient
+from pgrl_helpers.training import run_policy_gradient
 
 #: The healthy run: a small SortTransformer on random prompts of length 4, values 0-5.
 HEALTHY = TrainConfig(
@@ -69,8 +70,8 @@ PLANTED = {
     ),
     "entropy_collapse": (R(HEALTHY, learning_rate=1e-1), HEALTHY),
     "kl_blowup": (
-        R(HEALTHY, kl_penalty=0.01, compute_ref_model_period=1000),
-        R(HEALTHY, kl_penalty=0.1),
+        R(HEALTHY, kl_coef=0.01, compute_ref_model_period=1000),
+        R(HEALTHY, kl_coef=0.1),
     ),
     "clip_high": (R(HEALTHY, epsilon=0.01), HEALTHY),
     "clip_zero": (R(HEALTHY, learning_rate=1e-4), HEALTHY),
@@ -174,10 +175,10 @@ def test_length_drift_from_sequence_mean_aggregation():
 def test_memorisation_of_the_lecture_prompts_in_a_real_run():
     # notebook 07's tuned lecture model: sorts its 3 training prompts, no unseen ones
     config = TrainConfig(reward_fn="sort_distance_reward", loss_mode="clipped", learning_rate=1e-2)
-    model = build_model(config)
+    model = config.build_policy()
     with torch.no_grad():
         model.embedding.weight.mul_(0.3)  # notebook 07's high-entropy start
-    history = run_policy_gradient(config, model=model)
+    history = run_policy_gradient(config, policy=model)
     assert history.evals()[-1]["train_exact_sort"] == 1.0
     found = [f for f in diagnose(history) if f.name == "reward_hacking"]
     assert found and "memorisation" in found[0].detail, [str(f) for f in diagnose(history)]
@@ -190,7 +191,7 @@ def test_memorisation_is_reported_as_reward_hacking_with_its_own_evidence():
     history = copy.deepcopy(list(run(HEALTHY)))
     evals = [r for r in history if r["kind"] == "eval"]
     for k, r in enumerate(evals):  # held-out flat, training prompts learnt
-        r["heldout_exact_sort"], r["heldout_mean_reward"] = 0.03, 1.0
+        r["validation_exact_sort"], r["validation_mean_reward"] = 0.03, 1.0
         r["train_exact_sort"] = min(1.0, k / 3)
     found = [f for f in diagnose(history) if f.name == "reward_hacking"]
     assert found and "memorisation" in found[0].detail
@@ -222,8 +223,8 @@ def test_finding_prints_symptom_evidence_causes_and_fix():
         ([{"epoch": 0}], ValueError, "record 0 is not a dict with a 'kind'"),
         ([{"kind": "train"}], ValueError, "kind 'train'"),
         ([{"kind": "step", "epoch": 0}], ValueError, "lacks the metrics"),
-        ([{"kind": "eval", "epoch": 0, "step": 0, "heldout_exact_sort": 0.0,
-           "heldout_mean_reward": 0.0}], ValueError, "no 'step' records"),
+        ([{"kind": "eval", "epoch": 0, "step": 0, "validation_exact_sort": 0.0,
+           "validation_mean_reward": 0.0}], ValueError, "no 'step' records"),
     ],
 )  # fmt: skip
 def test_empty_or_malformed_history_raises_a_clear_error(history, error, words):
@@ -257,7 +258,7 @@ def clear_hacking_history(reward_max_in_config: bool):
     evals = [r for r in history if r["kind"] == "eval"]
     proxy = [3.9 + (6.4 - 3.9) * k / (len(evals) - 1) for k in range(len(evals))]
     for r, p in zip(evals, proxy):
-        r["heldout_mean_reward"], r["heldout_exact_sort"] = p, 0.0
+        r["validation_mean_reward"], r["validation_exact_sort"] = p, 0.0
     return history
 
 

@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 import torch
 
+from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.rollout import Resampler, dynamic_sampling, tied_groups
-from pgrl_helpers.training import TrainConfig, run_policy_gradient
+from pgrl_helpers.training import run_policy_gradient
 
 #: The lecture policy on the sort task: 4 random prompts per epoch, G = 3.
 BASE = TrainConfig(

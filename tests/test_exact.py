@@ -52,7 +52,7 @@ def test_enumerated_probabilities_sum_to_one_and_match_sampling_log_probs(setup)
     assert probs.shape == (3, 27)
     torch.testing.assert_close(probs.sum(dim=-1), torch.ones(3, dtype=probs.dtype))
     responses = all_responses(3, 3)
-    per_token = compute_log_probs(prompts, responses.expand(3, 27, 3), model)
+    per_token = compute_log_probs(model, prompts, responses.expand(3, 27, 3))
     torch.testing.assert_close(response_log_probs(model, prompts), per_token.sum(-1))
 
 

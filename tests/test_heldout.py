@@ -98,11 +98,11 @@ def test_history_records_the_split_and_that_no_training_prompt_had_a_heldout_key
     assert history.num_train_prompts == 4 * 32
     trained = {multiset(p) for batch in seen for p in batch.tolist()}
     held = {
-        multiset(p) for p in torch.cat([history.heldout_prompts, history.test_prompts]).tolist()
+        multiset(p) for p in torch.cat([history.validation_prompts, history.test_prompts]).tolist()
     }
     assert not trained & held
     assert set(history.heldout_keys.tolist()) == set(
-        task.prompt_key(torch.cat([history.heldout_prompts, history.test_prompts])).tolist()
+        task.prompt_key(torch.cat([history.validation_prompts, history.test_prompts])).tolist()
     )
     assert all(r["test_exact_sort"] is not None for r in history.evals())
 
@@ -115,7 +115,7 @@ def test_the_counter_would_catch_a_leak(monkeypatch):
         return torch.cat([self.random_prompts(n - 4, generator), leaky.heldout[:4]])
 
     config = transformer_config(num_epochs=1)
-    leaky.heldout = training.make_heldout_prompts(config)
+    leaky.heldout = training.heldout_split(config)[0]
     monkeypatch.setattr(PromptTask, "training_prompts", leaky)
     history = training.run_policy_gradient(config)
     assert history.train_prompts_with_heldout_key >= 4
@@ -129,8 +129,8 @@ def test_the_stopping_rule_reads_validation_never_test(monkeypatch):
         which = "test" if torch.equal(prompts, fake.test) else "validation"
         return out | {"exact_sort": scores[which]}
 
-    config = transformer_config(target_heldout_exact_sort=0.9)
-    fake.test = training.make_heldout_split(config)[1]
+    config = transformer_config(target_validation_exact_sort=0.9)
+    fake.test = training.heldout_split(config)[1]
     # a perfect test score must not stop the run ...
     monkeypatch.setattr(
         training, "evaluate_greedy", lambda *a: fake(*a, {"test": 1.0, "validation": 0.0})

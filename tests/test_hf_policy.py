@@ -18,9 +18,10 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 from pgrl_helpers import hf_policy, trl_bridge  # noqa: E402
+from pgrl_helpers.config import TrainConfig  # noqa: E402
 from pgrl_helpers.policy import Policy, check_policy_fits  # noqa: E402
 from pgrl_helpers.sort_task import make_prompts  # noqa: E402
-from pgrl_helpers.training import TrainConfig, run_policy_gradient  # noqa: E402
+from pgrl_helpers.training import run_policy_gradient  # noqa: E402
 
 V, L = 6, 3
 
@@ -135,7 +136,7 @@ def test_run_policy_gradient_trains_the_hf_model():
         num_eval_prompts=4,
     )
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    history = run_policy_gradient(config, model=policy)
+    history = run_policy_gradient(config, policy=policy)
     steps = history.steps()
     assert len(steps) == 6
     changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]

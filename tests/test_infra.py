@@ -33,7 +33,7 @@ def test_phases_sum_to_the_epochs_wall_time():
 
     config = TrainConfig(
         model="transformer", prompt_source="random", prompts_per_epoch=16, embedding_dim=16,
-        num_heads=2, num_layers=1, loss_mode="clipped", kl_penalty=0.05, num_epochs=6,
+        num_heads=2, num_layers=1, loss_mode="clipped", kl_coef=0.05, num_epochs=6,
         num_steps_per_epoch=3, eval_every=2, profile_time=True,
     )  # fmt: skip
     history = run_policy_gradient(config, callback=callback)

@@ -70,7 +70,7 @@ def test_a_policy_with_too_few_response_slots_is_refused():
     )  # fmt: skip
     short = AutoregressiveSortPolicy(5, 3, 3, d_model=8, num_layers=1, num_heads=2, seed=0)
     with pytest.raises(ValueError, match=r"response_length 3 \(config implies 5\)"):
-        training.run_policy_gradient(config, model=short)
+        training.run_policy_gradient(config, policy=short)
     with pytest.raises(ValueError, match="vocab_size 6"):
         check_policy_fits(LectureModel(6, 4, 3, 3), 5, 3, 3)
     with pytest.raises(TypeError, match="missing sample"):
@@ -132,9 +132,9 @@ def test_log_probs_and_entropy_accept_hf_outputs_and_plain_logits():
     expected = torch.log_softmax(logits, -1)[:, None].expand(2, 4, 3, 5)
     expected = expected.gather(-1, responses[..., None])[..., 0]
     for model in (lambda p: logits, lambda p: FakeOutput(logits), logits):
-        torch.testing.assert_close(compute_log_probs(prompts, responses, model), expected)
+        torch.testing.assert_close(compute_log_probs(model, prompts, responses), expected)
     p = logits.softmax(-1)
-    torch.testing.assert_close(token_entropy(prompts, logits), -(p * p.log()).sum(-1))
+    torch.testing.assert_close(token_entropy(logits, prompts), -(p * p.log()).sum(-1))
     torch.testing.assert_close(entropy_from_logits(FakeOutput(logits)), -(p * p.log()).sum(-1))
 
 

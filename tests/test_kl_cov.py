@@ -7,9 +7,11 @@ import math
 import pytest
 import torch
 
-from pgrl_helpers.losses import compute_per_token_loss, kl_cov_tokens, token_covariance
+from pgrl_helpers.config import TrainConfig
+from pgrl_helpers.covariance import kl_cov_tokens, token_covariance
+from pgrl_helpers.losses import compute_per_token_loss
 from pgrl_helpers.masking import aggregate_loss
-from pgrl_helpers.training import TrainConfig, run_policy_gradient
+from pgrl_helpers.training import run_policy_gradient
 
 
 def random_batch(seed, shape=(3, 4, 5)):
@@ -116,8 +118,8 @@ def test_bad_inputs_raise_naming_the_argument():
         TrainConfig(loss_mode="kl_cov", kl_cov_ratio=0).validate()
     with pytest.raises(ValueError, match="kl_cov_coef"):
         TrainConfig(loss_mode="kl_cov", kl_cov_coef=-1).validate()
-    with pytest.raises(ValueError, match="importance_sampling_level 'token'"):
-        TrainConfig(loss_mode="kl_cov", importance_sampling_level="sequence").validate()
+    with pytest.raises(ValueError, match="policy_objective 'token'"):
+        TrainConfig(loss_mode="kl_cov", policy_objective="sequence").validate()
 
 
 def test_the_loop_runs_kl_cov():

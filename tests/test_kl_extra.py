@@ -64,8 +64,8 @@ def test_policy_token_kl_is_zero_for_a_copy_and_matches_the_estimators():
         responses = sample_responses(
             policy, prompts, 20000, generator=torch.Generator().manual_seed(3)
         )
-        log_probs = compute_log_probs(prompts, responses, policy)
-        ref_log_probs = compute_log_probs(prompts, responses, ref)
+        log_probs = compute_log_probs(policy, prompts, responses)
+        ref_log_probs = compute_log_probs(ref, prompts, responses)
     target = exact.sum(-1).mean()
     for estimator in (kl_k1, kl_k3):
         per_response = estimator(log_probs, ref_log_probs).sum(-1)  # [batch, trial]

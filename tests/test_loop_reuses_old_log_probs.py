@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pgrl_helpers import rollout as rollout_module
-from pgrl_helpers import training
-from pgrl_helpers.training import TrainConfig, run_policy_gradient
+from pgrl_helpers import registry, training
+from pgrl_helpers.config import TrainConfig
+from pgrl_helpers.training import run_policy_gradient
 
 CONFIGS = {
     "lecture_clipped": dict(num_epochs=4, loss_mode="clipped"),
-    "lecture_kl_k3": dict(num_epochs=4, loss_mode="clipped", kl_penalty=0.05, kl_estimator="k3"),
+    "lecture_kl_k3": dict(num_epochs=4, loss_mode="clipped", kl_coef=0.05, kl_estimator="k3"),
     "transformer_entropy": dict(
         model="transformer",
         prompt_source="random",
@@ -49,7 +49,7 @@ def run(config: TrainConfig):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_reusing_the_step_log_probs_changes_no_number(name, monkeypatch):
     config = TrainConfig(num_steps_per_epoch=1, **CONFIGS[name])
-    assert training._reuses_step_log_probs(config, rollout_module.OnPolicySource(None, config))
+    assert training._reuses_step_log_probs(config, registry.OnPolicySource(None, config))
     records, params = run(config)
     monkeypatch.setattr(training, "_reuses_step_log_probs", lambda config, source: False)
     want_records, want_params = run(config)
@@ -59,13 +59,13 @@ def test_reusing_the_step_log_probs_changes_no_number(name, monkeypatch):
 
 def count_old_log_prob_passes(config: TrainConfig, monkeypatch) -> int:
     calls = []
-    original = rollout_module.OnPolicySource.old_log_probs
+    original = registry.OnPolicySource.old_log_probs
 
     def counted(self, rollout):
         calls.append(1)
         return original(self, rollout)
 
-    monkeypatch.setattr(rollout_module.OnPolicySource, "old_log_probs", counted)
+    monkeypatch.setattr(registry.OnPolicySource, "old_log_probs", counted)
     run_policy_gradient(config)
     return len(calls)
 
@@ -88,5 +88,5 @@ def test_one_step_per_batch_skips_the_old_log_prob_forward_pass(monkeypatch):
     ids=["two_steps", "gae"],
 )
 def test_otherwise_the_old_log_probs_get_their_own_pass(config, monkeypatch):
-    assert not training._reuses_step_log_probs(config, rollout_module.OnPolicySource(None, config))
+    assert not training._reuses_step_log_probs(config, registry.OnPolicySource(None, config))
     assert count_old_log_prob_passes(config, monkeypatch) == 3

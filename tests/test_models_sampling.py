@@ -76,7 +76,7 @@ def test_sample_frequencies_match_the_policy(model):
 def test_log_probs_match_direct_indexing(model):
     prompts = lecture_prompts()
     responses = sample_responses(model, prompts, 4, generator=torch.Generator().manual_seed(2))
-    log_probs = compute_log_probs(prompts, responses, model)
+    log_probs = compute_log_probs(model, prompts, responses)
     assert log_probs.shape == (3, 4, 3)
     table = torch.log_softmax(model(prompts), -1)
     for b in range(3):
@@ -91,7 +91,7 @@ def test_greedy_and_entropy(model):
     greedy = greedy_responses(model, prompts)
     assert greedy.shape == (3, 1, 3)
     assert torch.equal(greedy[:, 0], model(prompts).argmax(-1))
-    entropy = token_entropy(prompts, model)
+    entropy = token_entropy(model, prompts)
     assert entropy.shape == (3, 3)
     assert (entropy > 0).all() and (entropy <= torch.log(torch.tensor(5.0)) + 1e-6).all()
 
@@ -107,10 +107,10 @@ def test_bad_inputs(model):
     with pytest.raises(ValueError, match="num_samples"):
         sample_responses(model, prompts, 0)
     with pytest.raises(ValueError, match=r"responses holds token ids outside.*max 7"):
-        compute_log_probs(prompts, torch.full((3, 2, 3), 7), model)
+        compute_log_probs(model, prompts, torch.full((3, 2, 3), 7))
     with pytest.raises(ValueError, match=r"does not fit logits shape"):
-        compute_log_probs(prompts, torch.zeros(2, 2, 3, dtype=torch.long), model)
+        compute_log_probs(model, prompts, torch.zeros(2, 2, 3, dtype=torch.long))
     with pytest.raises(ValueError, match=r"batch, trial, pos"):
-        compute_log_probs(prompts, torch.zeros(3, 3, dtype=torch.long), model)
+        compute_log_probs(model, prompts, torch.zeros(3, 3, dtype=torch.long))
     with pytest.raises(ValueError, match="embedding_dim"):
         LectureModel(5, 0, 3, 3)

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from pgrl_helpers.advantages import DELTA_MODES, compute_deltas, group_baseline_deltas
+from pgrl_helpers.advantages import DELTA_MODES, compute_deltas
+from pgrl_helpers.registry import group_baseline_deltas
 
 R = [[1.0, 2.0, 3.0, 6.0], [0.0, 0.0, 1.0, 1.0]]
 
@@ -135,7 +136,7 @@ def test_group_modes_need_two_samples_but_not_the_others():
 
 
 def test_build_estimator_wraps_functions_and_builds_classes():
-    from pgrl_helpers.advantages import ADVANTAGE_ESTIMATORS, build_estimator
+    from pgrl_helpers.registry import ADVANTAGE_ESTIMATORS, build_estimator
     from pgrl_helpers.value import GAEEstimator
 
     rollout = SimpleNamespace(rewards=torch.tensor(R))

@@ -43,8 +43,8 @@ def evals(exact, proxy=None, train=None, epochs=None) -> list[dict]:
     for k, value in enumerate(exact):
         record = {
             "kind": "eval", "epoch": k if epochs is None else epochs[k], "step": k,
-            "heldout_exact_sort": value,
-            "heldout_mean_reward": 0.0 if proxy is None else proxy[k],
+            "validation_exact_sort": value,
+            "validation_mean_reward": 0.0 if proxy is None else proxy[k],
         }  # fmt: skip
         if train is not None:
             record["train_exact_sort"] = train[k]
@@ -181,7 +181,7 @@ def test_memorisation_at_a_train_gain_of_exactly_03():
     )
     assert f.evidence == (
         Evidence("train_exact_sort", (0, 1, 2, 3), (0.0, 0.1, 0.2, 0.3)),
-        Evidence("heldout_exact_sort", (0, 1, 2, 3), (0.05, 0.04, 0.0, 0.05)),
+        Evidence("validation_exact_sort", (0, 1, 2, 3), (0.05, 0.04, 0.0, 0.05)),
     )
     less = steps(8) + evals([0.05, 0.04, 0.0, 0.05], train=[0.0, 0.1, 0.2, 0.29])
     assert "reward_hacking" not in names(less)
@@ -221,11 +221,11 @@ def test_proxy_hacking_gain_and_plateau_bounds():
         "held-out mean reward 0 -> 1 while held-out exact-sort stalls at 5.0% (best 5.0%): "
         "the proxy rises on unseen prompts too, the goal does not"
     )
-    assert f.evidence[0] == Evidence("heldout_mean_reward", (0, 1, 2, 3), (0.0, 0.5, 0.98, 1.0))
+    assert f.evidence[0] == Evidence("validation_mean_reward", (0, 1, 2, 3), (0.0, 0.5, 0.98, 1.0))
     # the gain is measured to the last evaluation (0.26 >= 0.25 x 1; to the one before: 0.24)
     late_gain = steps(8) + evals(exact, proxy=[-1.0, -0.8, -0.76, -0.74])
     assert [n for n in names(late_gain) if n != "plateau"] == ["reward_hacking"]
-    assert f.evidence[1].metric == "heldout_exact_sort"
+    assert f.evidence[1].metric == "validation_exact_sort"
     # gain exactly PROXY_GAIN_REL x scale (0.25 x 4 = 1) is enough; 0.99 is not
     assert "reward_hacking" in names(steps(8) + evals(exact, proxy=[3.0, 3.5, 4.0, 4.0]))
     assert "reward_hacking" not in names(steps(8) + evals(exact, proxy=[3.01, 3.5, 4.0, 4.0]))
@@ -277,12 +277,12 @@ def test_plateau_at_its_gain_goal_and_length_bounds():
     f = only(steps(8, mean_reward=reward) + stuck, "plateau")
     assert f.detail.startswith("mean reward over the last 2 epochs 2 vs ")
     assert (
-        "heldout_exact_sort at most 49.0%" in f.detail
+        "validation_exact_sort at most 49.0%" in f.detail
         and "train_exact_sort at most 10.0%" in f.detail
     )
     assert [e.metric for e in f.evidence] == [
         "mean_reward",
-        "heldout_exact_sort",
+        "validation_exact_sort",
         "train_exact_sort",
     ]
     more = [0.0, 0.5, 1.0, 1.5, 2.0 - g - 0.01, 2.0 - g - 0.01, 2.0, 2.0]
@@ -527,8 +527,8 @@ def test_history_errors_name_the_record_and_the_metric():
          "'mean_reward', 'kl', 'clip_fraction', 'entropy', 'ratio_mean', 'grad_norm', "
          "'response_length']"),
         ([{"kind": "eval", "epoch": 0}], ValueError,
-         "history record 0 (eval) lacks the metrics ['step', 'heldout_exact_sort', "
-         "'heldout_mean_reward']"),
+         "history record 0 (eval) lacks the metrics ['step', 'validation_exact_sort', "
+         "'validation_mean_reward']"),
         (evals([0.5]), ValueError,
          "history has no 'step' records: diagnose needs at least one epoch"),
     ]  # fmt: skip
@@ -555,10 +555,10 @@ def test_which_metrics_may_be_none():
     history += evals([0.1, 0.2, 0.3], proxy=[None, None, None], train=[None, None, None])
     assert diagnose(history) == []
     bad = steps(3) + evals([0.1, 0.2, 0.3])
-    bad[4]["heldout_exact_sort"] = "x"
-    with pytest.raises(ValueError, match="^history record 4: metric 'heldout_exact_sort'"):
+    bad[4]["validation_exact_sort"] = "x"
+    with pytest.raises(ValueError, match="^history record 4: metric 'validation_exact_sort'"):
         diagnose(bad)
-    bad[4]["heldout_exact_sort"], bad[4]["train_exact_sort"] = 0.1, float("nan")
+    bad[4]["validation_exact_sort"], bad[4]["train_exact_sort"] = 0.1, float("nan")
     with pytest.raises(ValueError, match="^history record 4: metric 'train_exact_sort'"):
         diagnose(bad)
     # a step-only metric on an eval record, or an eval-only one on a step, is not read

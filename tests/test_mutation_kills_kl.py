@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 
+from pgrl_helpers._validate import MAX_LOG_RATIO
 from pgrl_helpers.kl import (
     categorical_kl,
     compute_kl_penalty,
@@ -22,7 +23,6 @@ from pgrl_helpers.kl import (
     kl_per_response,
     policy_token_kl,
 )
-from pgrl_helpers.losses import MAX_LOG_RATIO
 from pgrl_helpers.masking import masked_normalize
 
 LOG_P = torch.tensor([[[-1.0, -2.0, -0.5]]])

@@ -15,19 +15,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from pgrl_helpers._validate import MAX_LOG_RATIO
 from pgrl_helpers.losses import (
-    MAX_LOG_RATIO,
-    POLICY_OBJECTIVES,
     clip_fraction,
     clip_mask,
     compute_loss,
     compute_per_token_loss,
     compute_ratio,
-    sequence_level_objective,
     sequence_log_ratio,
-    token_level_objective,
 )
 from pgrl_helpers.masking import high_entropy_mask
+from pgrl_helpers.registry import POLICY_OBJECTIVES, sequence_level_objective, token_level_objective
 
 # ratios exactly representable in float32 (exp(log r) == r), including the clip edges for
 # epsilon 0.5 (0.5 and 1.5) and for epsilon_high 0.25 (1.25)
@@ -464,7 +462,8 @@ def _remedy_batch():
 
 def test_the_objective_applies_clip_cov_with_its_seeded_pick():
     from pgrl_helpers.covariance import clip_cov_tokens
-    from pgrl_helpers.losses import clip_mask, token_level_objective
+    from pgrl_helpers.losses import clip_mask
+    from pgrl_helpers.registry import token_level_objective
 
     log_probs, rollout = _remedy_batch()
     config = _config(
@@ -486,7 +485,7 @@ def test_the_objective_applies_clip_cov_with_its_seeded_pick():
 
 
 def test_clip_cov_reads_epsilon_high_for_the_already_clipped_tokens():
-    from pgrl_helpers.losses import apply_token_remedies
+    from pgrl_helpers.registry import apply_token_remedies
 
     log_probs = torch.zeros(1, 1, 4, dtype=torch.float64)
     old = torch.log(torch.tensor([[[1 / 1.25, 1 / 1.25, 1.0, 1.0]]], dtype=torch.float64))
@@ -505,7 +504,7 @@ def test_clip_cov_reads_epsilon_high_for_the_already_clipped_tokens():
 
 
 def test_the_objective_keeps_only_the_high_entropy_tokens():
-    from pgrl_helpers.losses import token_level_objective
+    from pgrl_helpers.registry import token_level_objective
 
     log_probs, rollout = _remedy_batch()
     config = _config(top_entropy_quantile=0.3)

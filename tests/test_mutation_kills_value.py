@@ -20,12 +20,12 @@ from torch import nn
 from pgrl_helpers.autoregressive import AutoregressiveSortPolicy
 from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.gae import compute_gae, outcome_token_rewards, whiten
+from pgrl_helpers.memory import measured_memory
 from pgrl_helpers.value import (
     AutoregressiveValueModel,
     GAEEstimator,
     ValueHead,
     build_critic,
-    measured_memory,
     ppo_combined_loss,
     value_loss,
 )
@@ -290,7 +290,7 @@ def test_measured_memory_by_hand():
 def test_advantage_variance_of_a_rollout_without_policy_tokens_is_0():
     from dataclasses import replace as dc_replace
 
-    from pgrl_helpers.advantages import build_estimator
+    from pgrl_helpers.registry import build_estimator
     from pgrl_helpers.rollout import Rollout
 
     config = dc_replace(PPO, whiten_advantages=False)

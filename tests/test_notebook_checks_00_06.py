@@ -186,8 +186,8 @@ def test_nb05_small_beta_exact_sort_gain_is_within_seed_noise(kl_beta):
     bench, by_beta = kl_beta
     small = sorted(b for b in bench["betas"] if b > 0)[0]
     result = compare_seeds(
-        [r["heldout_exact_sort"] for r in by_beta[small]],
-        [r["heldout_exact_sort"] for r in by_beta[0.0]],
+        [r["validation_exact_sort"] for r in by_beta[small]],
+        [r["validation_exact_sort"] for r in by_beta[0.0]],
     )
     assert result["verdict"] == "within seed noise"
 

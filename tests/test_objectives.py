@@ -14,13 +14,13 @@ import math
 import pytest
 import torch
 
-from pgrl_helpers.advantages import TRL_SCALE_REWARDS, compute_deltas
+from pgrl_helpers.advantages import compute_deltas
 from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.losses import compute_loss, compute_per_token_loss, sequence_log_ratio
 from pgrl_helpers.masking import aggregate_loss
 from pgrl_helpers.models import LectureModel
+from pgrl_helpers.registry import BATCH_FILTERS
 from pgrl_helpers.rollout import (
-    BATCH_FILTERS,
     Rollout,
     dynamic_sampling,
     overlong_filtering,
@@ -29,6 +29,7 @@ from pgrl_helpers.rollout import (
     tied_groups,
 )
 from pgrl_helpers.training import run_policy_gradient
+from pgrl_helpers.trl_config import TRL_SCALE_REWARDS
 
 EPS, EPS_HIGH, C, TAU_POS, TAU_NEG = 0.2, 0.28, 3.0, 1.0, 1.05
 
@@ -250,7 +251,7 @@ def test_config_refuses_bad_objective_settings():
     for kwargs, match in [
         ({"dual_clip_c": 0.5}, "dual_clip_c"),
         ({"sapo_temperature_pos": -1.0}, "sapo_temperature_pos"),
-        ({"importance_sampling_level": "seq"}, "importance_sampling_level"),
+        ({"policy_objective": "seq"}, "policy_objective"),
         ({"batch_filter": "dapo"}, "batch_filter 'dapo' .* needs task 'sort_dedup'"),
         ({**dedup, "batch_filter": "dapo", "overlong_buffer": 0}, "overlong_buffer"),
         ({**dedup, "batch_filter": "overlong_shaping", "overlong_buffer": 99}, "overlong_buffer"),
@@ -396,11 +397,11 @@ def test_overlong_shaping_and_filtering_on_the_dedup_task():
 @pytest.mark.parametrize(
     "overrides",
     [
-        {"loss_mode": "clipped", "importance_sampling_level": "sequence", "epsilon": 3e-3,
+        {"loss_mode": "clipped", "policy_objective": "sequence", "epsilon": 3e-3,
          "epsilon_high": 4e-3, "loss_aggregation": "sequence_mean"},
         {"loss_mode": "cispo", "epsilon": 1.0, "epsilon_high": 4.0},
         {"loss_mode": "sapo", "deltas_mode": "reinforce_pp_baseline"},
-        {"loss_mode": "dual_clip", "batch_filter": "dapo", "epsilon_high": 0.28, "kl_penalty": 0.1},
+        {"loss_mode": "dual_clip", "batch_filter": "dapo", "epsilon_high": 0.28, "kl_coef": 0.1},
         {"loss_mode": "clipped", "batch_filter": "overlong_filtering"},
         {"loss_mode": "clipped", "batch_filter": "dynamic_sampling",
          "deltas_mode": "batch_normalized_rewards"},

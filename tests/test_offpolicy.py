@@ -7,9 +7,7 @@ import math
 import pytest
 import torch
 
-from pgrl_helpers.advantages import ADVANTAGE_ESTIMATORS
 from pgrl_helpers.config import TrainConfig
-from pgrl_helpers.losses import POLICY_OBJECTIVES
 from pgrl_helpers.masking import aggregate_loss
 from pgrl_helpers.models import LectureModel
 from pgrl_helpers.offpolicy import (
@@ -19,6 +17,7 @@ from pgrl_helpers.offpolicy import (
     importance_weights,
     mismatched_sampler,
 )
+from pgrl_helpers.registry import ADVANTAGE_ESTIMATORS, POLICY_OBJECTIVES
 from pgrl_helpers.rollout import Rollout
 from pgrl_helpers.sort_task import lecture_prompts
 from pgrl_helpers.training import run_policy_gradient
@@ -27,7 +26,7 @@ CONFIGS = {
     "lecture_clipped": dict(loss_mode="clipped", num_epochs=4, num_steps_per_epoch=3),
     "transformer_kl": dict(
         model="transformer", prompt_source="random", prompts_per_epoch=8, embedding_dim=8,
-        num_heads=2, num_layers=1, loss_mode="clipped", kl_penalty=0.1, num_epochs=3,
+        num_heads=2, num_layers=1, loss_mode="clipped", kl_coef=0.1, num_epochs=3,
         num_steps_per_epoch=2, eval_every=2,
     ),
     "autoregressive": dict(

@@ -21,12 +21,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.covariance import clip_cov_tokens, token_covariance
 from pgrl_helpers.kl import AdaptiveKLController, FixedKLController, build_kl_controller
-from pgrl_helpers.losses import apply_token_remedies, clip_mask, compute_per_token_loss
+from pgrl_helpers.losses import clip_mask, compute_per_token_loss
 from pgrl_helpers.masking import high_entropy_mask
 from pgrl_helpers.offpolicy import corrected_weights, importance_weights
-from pgrl_helpers.training import TrainConfig
+from pgrl_helpers.registry import apply_token_remedies
 
 # ---- Clip-Cov ---------------------------------------------------------------------------------
 
@@ -150,11 +151,11 @@ def test_adaptive_kl_controller_follows_ziegler_et_al():
 
 
 def test_build_kl_controller():
-    assert isinstance(build_kl_controller(TrainConfig(kl_penalty=0.2)), FixedKLController)
-    assert build_kl_controller(TrainConfig(kl_penalty=0.2)).value == 0.2
-    in_reward = SimpleNamespace(kl_loss_coef=0.0, kl_penalty=0.2)
+    assert isinstance(build_kl_controller(TrainConfig(kl_coef=0.2)), FixedKLController)
+    assert build_kl_controller(TrainConfig(kl_coef=0.2)).value == 0.2
+    in_reward = SimpleNamespace(kl_loss_coef=0.0, kl_coef=0.2)
     assert build_kl_controller(in_reward).value == 0.0
-    adaptive = build_kl_controller(TrainConfig(kl_penalty=0.2, kl_target=1.0, kl_horizon=50))
+    adaptive = build_kl_controller(TrainConfig(kl_coef=0.2, kl_target=1.0, kl_horizon=50))
     assert isinstance(adaptive, AdaptiveKLController)
     assert (adaptive.value, adaptive.target, adaptive.horizon) == (0.2, 1.0, 50)
 
@@ -202,7 +203,7 @@ def test_two_sided_masks_equal_trls_mask_modes(level):
 BASE = dict(
     model="transformer", prompt_source="random", prompt_length=3, vocab_size=5,
     embedding_dim=8, num_layers=1, num_heads=2, prompts_per_epoch=6, num_responses=3,
-    num_epochs=3, num_steps_per_epoch=2, loss_mode="clipped", eval_every=3, kl_penalty=0.1,
+    num_epochs=3, num_steps_per_epoch=2, loss_mode="clipped", eval_every=3, kl_coef=0.1,
     compute_ref_model_period=2,
 )  # fmt: skip
 
@@ -215,7 +216,7 @@ def test_remedy_validation_names_the_field():
         (dict(clip_cov_lb=math.nan), ValueError, "^clip_cov_lb must be a number"),
         (dict(clip_cov_ratio=0.1, loss_mode="naive"), ValueError, "needs loss_mode 'clipped'"),
         (dict(top_entropy_quantile=0.0), ValueError, "^top_entropy_quantile must be"),
-        (dict(kl_target=1.0, kl_penalty=0.0), ValueError, "needs kl_penalty > 0"),
+        (dict(kl_target=1.0, kl_coef=0.0), ValueError, "needs kl_coef > 0"),
         (dict(kl_target=-1.0), ValueError, "^kl_target must be a positive number"),
         (dict(kl_target=1.0, kl_horizon=0), ValueError, "^kl_horizon must be a positive int"),
         (dict(kl_horizon=0), ValueError, "^kl_horizon must be a positive int"),

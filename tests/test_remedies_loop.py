@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from test_remedies import BASE
 
-from pgrl_helpers.training import TrainConfig, run_policy_gradient
+from pgrl_helpers.config import TrainConfig
+from pgrl_helpers.training import run_policy_gradient
 
 
 def _losses(**overrides):

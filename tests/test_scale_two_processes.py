@@ -174,7 +174,7 @@ def _one_process_loss(model_dir: Path, inputs: dict, tmp: Path) -> float:
     import transformers
     from trl import GRPOConfig, GRPOTrainer
 
-    from pgrl_helpers.training import TrainConfig
+    from pgrl_helpers.config import TrainConfig
 
     transformers.logging.set_verbosity_error()
     config = TrainConfig(

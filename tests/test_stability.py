@@ -21,8 +21,8 @@ def scripted_validation(monkeypatch, scores: dict[int, float]) -> list[int]:
         epochs.append(epochs_done)
         real_evaluate(history, task, config, epochs_done, step, responses_sampled)
         value = scores.get(epochs_done, 0.0)
-        history[-1]["heldout_exact_sort"] = history[-1]["test_exact_sort"] = value
-        target = config.target_heldout_exact_sort
+        history[-1]["validation_exact_sort"] = history[-1]["test_exact_sort"] = value
+        target = config.target_validation_exact_sort
         return target is not None and value >= target
 
     monkeypatch.setattr(training, "_evaluate", evaluate)
@@ -30,7 +30,7 @@ def scripted_validation(monkeypatch, scores: dict[int, float]) -> list[int]:
 
 
 CONFIG = TrainConfig(
-    num_epochs=40, num_steps_per_epoch=1, eval_every=5, target_heldout_exact_sort=0.9
+    num_epochs=40, num_steps_per_epoch=1, eval_every=5, target_validation_exact_sort=0.9
 )
 SCORES = {0: 0.1, 5: 0.5, 10: 0.95, 15: 0.6, 17: 0.92, 20: 0.9, 25: 1.0}
 
@@ -67,7 +67,7 @@ def test_a_window_past_num_epochs_ends_with_the_epochs(monkeypatch):
 def test_drop_is_measured_from_the_first_time_the_target_is_reached():
     history = History(CONFIG)
     for epoch, value in ((0, 0.2), (5, 0.99), (10, 1.0), (15, 0.9), (20, 0.3)):
-        history.append({"kind": "eval", "epoch": epoch, "heldout_exact_sort": value})
+        history.append({"kind": "eval", "epoch": epoch, "validation_exact_sort": value})
     assert history.largest_drop_after_target() is None  # never reached
     history.target_epoch = 5
     assert history.largest_drop_after_target() == pytest.approx(0.99 - 0.3)
@@ -79,7 +79,7 @@ def test_drop_is_measured_from_the_first_time_the_target_is_reached():
     ("value", "target"), [(-1, 0.9), (1.5, 0.9), (True, 0.9), ("3", 0.9), (5, None)]
 )
 def test_bad_epochs_after_target_is_refused_by_name(value, target):
-    config = TrainConfig(epochs_after_target=value, target_heldout_exact_sort=target)
+    config = TrainConfig(epochs_after_target=value, target_validation_exact_sort=target)
     with pytest.raises(ValueError, match="epochs_after_target"):
         config.validate()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.gae import compute_gae, outcome_token_rewards
 from pgrl_helpers.losses import compute_per_token_loss
 from pgrl_helpers.masking import aggregate_loss
@@ -19,7 +20,6 @@ from pgrl_helpers.tool_task import (
     run_tool_episodes,
     tool_mask,
 )
-from pgrl_helpers.training import TrainConfig
 
 V = 5
 EOS = V

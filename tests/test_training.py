@@ -7,21 +7,12 @@ import dataclasses
 import pytest
 import torch
 
+from pgrl_helpers.config import TrainConfig, config_fields
+from pgrl_helpers.history import EVAL_KEYS, METRICS, STEP_KEYS, history_columns
 from pgrl_helpers.models import SortTransformer
 from pgrl_helpers.sort_task import lecture_prompts
-from pgrl_helpers.training import (
-    EVAL_KEYS,
-    METRICS,
-    STEP_KEYS,
-    NonFiniteError,
-    TrainConfig,
-    _encode,
-    build_model,
-    config_fields,
-    history_columns,
-    make_heldout_prompts,
-    run_policy_gradient,
-)
+from pgrl_helpers.task import encode_prompts
+from pgrl_helpers.training import NonFiniteError, heldout_split, run_policy_gradient
 
 
 def transformer_config(**overrides) -> TrainConfig:
@@ -58,13 +49,13 @@ def test_short_transformer_run_beats_untrained_on_heldout():
     history = run_policy_gradient(transformer_config())
     evals = history.evals()
     assert evals[0]["epoch"] == 0 and evals[-1]["epoch"] == 10
-    gain = evals[-1]["heldout_mean_reward"] - evals[0]["heldout_mean_reward"]
+    gain = evals[-1]["validation_mean_reward"] - evals[0]["validation_mean_reward"]
     assert gain > 1.0, f"held-out mean reward rose by only {gain:.3f}"
 
 
 def test_reference_model_frozen_and_refreshed_on_schedule():
-    config = lecture_config(num_epochs=7, kl_penalty=0.1, compute_ref_model_period=3)
-    end_of_epoch_model = {-1: {k: v.clone() for k, v in build_model(config).state_dict().items()}}
+    config = lecture_config(num_epochs=7, kl_coef=0.1, compute_ref_model_period=3)
+    end_of_epoch_model = {-1: {k: v.clone() for k, v in config.build_policy().state_dict().items()}}
     ref_seen = {}
 
     def callback(epoch, history):
@@ -122,7 +113,7 @@ def test_naive_and_ratio_losses_have_the_same_first_gradient():
 
 def test_freeze_pitfall_gives_zero_gradient_and_no_learning():
     config = lecture_config(loss_mode="unclipped", num_epochs=3, detach_old_log_probs=False)
-    before = {k: v.clone() for k, v in build_model(config).state_dict().items()}
+    before = {k: v.clone() for k, v in config.build_policy().state_dict().items()}
     history = run_policy_gradient(config)
     assert all(r["grad_norm"] == 0.0 for r in history.steps())
     after = history.model.state_dict()
@@ -133,7 +124,7 @@ def test_freeze_pitfall_gives_zero_gradient_and_no_learning():
 
 
 def test_same_seed_same_history_and_other_seed_differs():
-    config = transformer_config(num_epochs=3, kl_penalty=0.05, compute_ref_model_period=2)
+    config = transformer_config(num_epochs=3, kl_coef=0.05, compute_ref_model_period=2)
     first = run_policy_gradient(config)
     second = run_policy_gradient(config)
     assert list(first) == list(second)
@@ -159,15 +150,15 @@ def test_same_seed_same_history_and_other_seed_differs():
         ({"loss_mode": "clipped", "epsilon": 0.0}, "epsilon"),
         ({"loss_mode": "clipped", "epsilon": float("inf")}, "epsilon"),
         ({"advantage_estimator": "value"}, "advantage_estimator"),
-        ({"importance_sampling_level": "word"}, "importance_sampling_level"),
+        ({"policy_objective": "word"}, "policy_objective"),
         ({"batch_filter": "top"}, "batch_filter"),
         ({"rollout_source": "replay"}, "rollout_source"),
-        ({"kl_penalty": -0.1}, "kl_penalty"),
+        ({"kl_coef": -0.1}, "kl_coef"),
         ({"entropy_coef": -0.1}, "entropy_coef"),
         ({"prompt_length": 4}, "prompt_source 'lecture'"),
         ({"prompts_per_epoch": 8}, "prompts_per_epoch"),
         ({"model": "transformer", "embedding_dim": 30}, "divisible"),
-        ({"target_heldout_exact_sort": 1.5}, "target_heldout_exact_sort"),
+        ({"target_validation_exact_sort": 1.5}, "target_validation_exact_sort"),
     ],
 )
 def test_bad_config_raises_before_training(overrides, message):
@@ -179,7 +170,7 @@ def test_bad_config_raises_before_training(overrides, message):
 
 def test_given_model_must_fit_config():
     with pytest.raises(ValueError, match="does not fit"):
-        run_policy_gradient(lecture_config(), model=SortTransformer(10, 5, d_model=16, seed=0))
+        run_policy_gradient(lecture_config(), policy=SortTransformer(10, 5, d_model=16, seed=0))
 
 
 def test_non_finite_rewards_raise_naming_the_epoch():
@@ -210,7 +201,7 @@ def test_heldout_prompts_distinct_and_never_trained_on():
     config = transformer_config(
         prompt_length=3, vocab_size=6, num_eval_prompts=8, num_epochs=20, num_steps_per_epoch=1
     )
-    heldout = make_heldout_prompts(config)
+    heldout = heldout_split(config)[0]
     multisets = {tuple(sorted(p)) for p in heldout.tolist()}
     assert heldout.shape == (8, 3) and len(multisets) == 8  # one prompt per held-out multiset
     seen = set()
@@ -222,9 +213,9 @@ def test_heldout_prompts_distinct_and_never_trained_on():
     assert len(seen) > 25  # most of the 56 - 16 allowed multisets were drawn ...
     assert not seen & multisets  # ... and none of the held-out ones
     # the lecture's training prompts are kept out of its held-out set too
-    lecture_heldout = set(_encode(make_heldout_prompts(TrainConfig()), 5).tolist())
+    lecture_heldout = set(encode_prompts(heldout_split(TrainConfig())[0], 5).tolist())
     assert len(lecture_heldout) == 31  # a quarter of the 125 prompts
-    assert not set(_encode(lecture_prompts(), 5).tolist()) & lecture_heldout
+    assert not set(encode_prompts(lecture_prompts(), 5).tolist()) & lecture_heldout
 
 
 def test_history_columns_and_metric_names():
@@ -252,10 +243,10 @@ def test_callback_and_target_stop_early():
     history = run_policy_gradient(lecture_config(), callback=lambda epoch, h: epoch == 1)
     assert history.stop_reason == "callback" and history.steps()[-1]["epoch"] == 1
     history = run_policy_gradient(
-        transformer_config(num_epochs=40, eval_every=1, target_heldout_exact_sort=0.05)
+        transformer_config(num_epochs=40, eval_every=1, target_validation_exact_sort=0.05)
     )
     assert history.stop_reason == "target"
-    assert history.evals()[-1]["heldout_exact_sort"] >= 0.05
+    assert history.evals()[-1]["validation_exact_sort"] >= 0.05
     assert history.evals()[-1]["epoch"] < 40
 
 

@@ -21,10 +21,10 @@ import torch  # noqa: E402
 
 from pgrl_helpers import trl_bridge as tb  # noqa: E402
 from pgrl_helpers.advantages import DELTA_MODES, compute_deltas  # noqa: E402
+from pgrl_helpers.config import TrainConfig  # noqa: E402
 from pgrl_helpers.kl import compute_kl_penalty  # noqa: E402
 from pgrl_helpers.losses import compute_loss  # noqa: E402
 from pgrl_helpers.sort_task import compute_reward, make_prompts, sort_distance_reward  # noqa: E402
-from pgrl_helpers.training import TrainConfig  # noqa: E402
 
 
 def config(**overrides) -> TrainConfig:
@@ -32,7 +32,7 @@ def config(**overrides) -> TrainConfig:
         deltas_mode="normalized_rewards",
         loss_mode="clipped",
         epsilon=0.2,
-        kl_penalty=0.0,
+        kl_coef=0.0,
         num_epochs=5,
         num_steps_per_epoch=2,
         num_responses=4,
@@ -99,20 +99,20 @@ def test_counts_and_schedule():
 
 def test_kl_penalty_maps_to_beta_times_length_and_reference_sync():
     kw = tb.grpo_config_kwargs(
-        config(kl_penalty=0.1, prompt_length=4, compute_ref_model_period=5, num_steps_per_epoch=2)
+        config(kl_coef=0.1, prompt_length=4, compute_ref_model_period=5, num_steps_per_epoch=2)
     )
     assert kw["beta"] == pytest.approx(0.4)
     assert kw["use_bias_correction_kl"] is False
     assert kw["sync_ref_model"] is True and kw["ref_model_mixup_alpha"] == 1.0
     assert kw["ref_model_sync_steps"] == 10
-    off = tb.grpo_config_kwargs(config(kl_penalty=0.0, kl_estimator="k1"))
+    off = tb.grpo_config_kwargs(config(kl_coef=0.0, kl_estimator="k1"))
     assert off["beta"] == 0.0 and off["sync_ref_model"] is False
 
 
 @pytest.mark.parametrize("estimator", ["k1", "k2"])
 def test_kl_estimators_other_than_k3_raise(estimator):
     with pytest.raises(ValueError, match=f"kl_estimator '{estimator}' has no GRPOTrainer"):
-        tb.grpo_config_kwargs(config(kl_penalty=0.1, kl_estimator=estimator))
+        tb.grpo_config_kwargs(config(kl_coef=0.1, kl_estimator=estimator))
 
 
 def test_other_settings_that_do_not_map_raise():
@@ -131,7 +131,7 @@ def test_plain_dict_config_gives_the_same_kwargs():
 
 
 def test_mapping_table_has_a_row_per_setting():
-    rows = tb.mapping_table(config(kl_penalty=0.05))
+    rows = tb.mapping_table(config(kl_coef=0.05))
     assert all(len(row) == 3 for row in rows)
     text = " ".join(" ".join(row) for row in rows)
     for arg in (
@@ -153,7 +153,7 @@ def test_trl_grpo_config_accepts_every_supported_mapping(tmp_path, loss_mode):
     from trl import GRPOConfig
 
     for deltas_mode in tb.DELTA_MODE_TO_SCALE_REWARDS:
-        cfg = config(deltas_mode=deltas_mode, loss_mode=loss_mode, kl_penalty=0.1)
+        cfg = config(deltas_mode=deltas_mode, loss_mode=loss_mode, kl_coef=0.1)
         kw = tb.grpo_config_kwargs(cfg, output_dir=str(tmp_path), use_cpu=True)
         args = GRPOConfig(**kw)
         for name, value in kw.items():
@@ -210,7 +210,7 @@ def test_tokenizer_round_trip():
 # --------------------------------------------------------------------------------------
 
 V, L, B, G = 5, 3, 4, 6
-KL_PENALTY, EPSILON = 0.05, 0.2
+KL_COEF, EPSILON = 0.05, 0.2
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +225,7 @@ def trainer(tmp_path_factory):
     # with beta > 0 TRL loads its reference model from the policy's path: save it first
     tb.build_tiny_gpt2(tok, seed=0).save_pretrained(tmp / "model")
     cfg = config(
-        kl_penalty=KL_PENALTY, epsilon=EPSILON, num_responses=G, prompts_per_epoch=B, num_epochs=1
+        kl_coef=KL_COEF, epsilon=EPSILON, num_responses=G, prompts_per_epoch=B, num_epochs=1
     )
     kwargs = tb.grpo_config_kwargs(
         cfg, output_dir=str(tmp), report_to="none", save_strategy="no", use_cpu=True
@@ -251,7 +251,7 @@ def fixed_batch(tok):
 
 def test_trl_grpo_config_accepts_the_kwargs(trainer):
     args = trainer.args
-    assert (args.scale_rewards, args.loss_type, args.beta) == ("group", "dapo", KL_PENALTY * L)
+    assert (args.scale_rewards, args.loss_type, args.beta) == ("group", "dapo", KL_COEF * L)
     assert trainer.epsilon_low == EPSILON and trainer.epsilon_high == EPSILON
     assert trainer.ref_model is not None
 
@@ -277,9 +277,9 @@ def test_trl_loss_and_gradient_equal_ours_on_a_fixed_batch(trainer):
         model, prompt_ids.reshape(rows, -1), completion_ids.reshape(rows, -1)
     ).reshape(B, G, L)
     # exactly what training.run_policy_gradient minimises
-    ours = compute_loss(
-        log_probs, deltas, "clipped", old, EPSILON
-    ) + KL_PENALTY * compute_kl_penalty(log_probs, ref, "k3")
+    ours = compute_loss(log_probs, deltas, "clipped", old, EPSILON) + KL_COEF * compute_kl_penalty(
+        log_probs, ref, "k3"
+    )
     our_grads = torch.autograd.grad(ours, params)
 
     ratio = (log_probs0 - old).exp()
@@ -287,7 +287,7 @@ def test_trl_loss_and_gradient_equal_ours_on_a_fixed_batch(trainer):
     assert abs(trl.item() - ours.item()) < 1e-6
     assert max((a - b).abs().max().item() for a, b in zip(trl_grads, our_grads)) < 1e-6
     # a wrong mapping is caught: beta without the factor L changes the loss
-    wrong = compute_loss(log_probs, deltas, "clipped", old, EPSILON) + KL_PENALTY / L * (
+    wrong = compute_loss(log_probs, deltas, "clipped", old, EPSILON) + KL_COEF / L * (
         compute_kl_penalty(log_probs, ref, "k3")
     )
     assert abs(trl.item() - wrong.item()) > 1e-4

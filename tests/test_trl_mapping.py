@@ -24,11 +24,11 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from pgrl_helpers import trl_bridge as tb  # noqa: E402
+from pgrl_helpers.config import TrainConfig  # noqa: E402
 from pgrl_helpers.kl import kl_estimate  # noqa: E402
 from pgrl_helpers.losses import compute_per_token_loss  # noqa: E402
 from pgrl_helpers.masking import aggregate_loss, masked_mean, masked_normalize  # noqa: E402
 from pgrl_helpers.sort_task import make_prompts  # noqa: E402
-from pgrl_helpers.training import TrainConfig  # noqa: E402
 
 pytest.importorskip("trl")
 
@@ -123,9 +123,9 @@ def our_loss(cfg, log_probs, entropy, deltas, old, ref, mask):
         log_probs, deltas, cfg.loss_mode, old, cfg.epsilon, epsilon_high=cfg.epsilon_high
     )
     loss = aggregate_loss(per_token, mask, cfg.loss_aggregation)
-    if cfg.kl_penalty > 0:  # KL per response (sum over real tokens), mean over responses
+    if cfg.kl_coef > 0:  # KL per response (sum over real tokens), mean over responses
         kl = masked_normalize(kl_estimate(log_probs, ref, "k3"), mask, float(B * G))
-        loss = loss + cfg.kl_penalty * kl
+        loss = loss + cfg.kl_coef * kl
     if cfg.entropy_coef > 0:
         loss = loss - cfg.entropy_coef * masked_mean(entropy, mask)
     return loss
@@ -207,7 +207,7 @@ def test_entropy_bonus_maps_to_trl_entropy_coef(model_dir, variable):
 
 
 @pytest.mark.parametrize(
-    "aggregation, loss_type, kl_penalty",
+    "aggregation, loss_type, kl_coef",
     [
         ("token_mean", "dapo", 0.0),
         ("sequence_mean", "grpo", 0.0),
@@ -215,12 +215,12 @@ def test_entropy_bonus_maps_to_trl_entropy_coef(model_dir, variable):
         ("constant_normalizer", "dr_grpo", 0.05),
     ],
 )
-def test_loss_aggregation_on_variable_length_batch(model_dir, aggregation, loss_type, kl_penalty):
-    cfg = dedup_config(loss_aggregation=aggregation, kl_penalty=kl_penalty)
+def test_loss_aggregation_on_variable_length_batch(model_dir, aggregation, loss_type, kl_coef):
+    cfg = dedup_config(loss_aggregation=aggregation, kl_coef=kl_coef)
     kw = tb.grpo_config_kwargs(cfg)
     assert kw["loss_type"] == loss_type
     assert kw["max_completion_length"] == cfg.response_length == MAX_LEN
-    assert kw["beta"] == pytest.approx(kl_penalty * MAX_LEN)
+    assert kw["beta"] == pytest.approx(kl_coef * MAX_LEN)
     trl, ours, grad_diff = compare(cfg, model_dir, variable=True)
     assert abs(trl - ours) < TOL and grad_diff < TOL
 
@@ -236,14 +236,14 @@ def test_the_aggregations_differ_on_the_variable_length_batch(model_dir):
 
 @pytest.mark.parametrize("aggregation", ["token_mean", "sequence_mean"])
 def test_kl_on_variable_length_without_constant_normaliser_raises(aggregation):
-    cfg = dedup_config(loss_aggregation=aggregation, kl_penalty=0.05)
+    cfg = dedup_config(loss_aggregation=aggregation, kl_coef=0.05)
     with pytest.raises(ValueError, match="no constant beta matches.*constant_normalizer"):
         tb.grpo_config_kwargs(cfg)
 
 
 def test_fixed_length_beta_and_completion_length():
     for aggregation, loss_type in tb.AGGREGATION_TO_LOSS_TYPE.items():
-        kw = tb.grpo_config_kwargs(fixed_config(loss_aggregation=aggregation, kl_penalty=0.1))
+        kw = tb.grpo_config_kwargs(fixed_config(loss_aggregation=aggregation, kl_coef=0.1))
         assert kw["loss_type"] == loss_type
         assert kw["max_completion_length"] == L and kw["beta"] == pytest.approx(0.1 * L)
 

@@ -7,22 +7,16 @@ from dataclasses import replace
 import pytest
 import torch
 
-from pgrl_helpers.advantages import build_estimator
 from pgrl_helpers.autoregressive import AutoregressiveSortPolicy
 from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.gae import compute_gae, outcome_token_rewards
 from pgrl_helpers.kl import kl_k1
 from pgrl_helpers.losses import compute_per_token_loss
-from pgrl_helpers.memory import FP32_ADAM, memory_breakdown
+from pgrl_helpers.memory import FP32_ADAM, measured_memory, memory_breakdown
+from pgrl_helpers.registry import build_estimator
 from pgrl_helpers.rollout import Rollout
 from pgrl_helpers.training import run_policy_gradient
-from pgrl_helpers.value import (
-    AutoregressiveValueModel,
-    ValueHead,
-    measured_memory,
-    ppo_combined_loss,
-    value_loss,
-)
+from pgrl_helpers.value import AutoregressiveValueModel, ValueHead, ppo_combined_loss, value_loss
 
 PROMPTS = torch.tensor([[1, 0, 2], [3, 3, 0]])
 
@@ -109,7 +103,7 @@ def test_per_token_deltas_broadcast_like_per_response_ones():
 
 
 def test_kl_in_reward_is_minus_beta_k1_on_real_tokens():
-    config = replace(PPO, kl_penalty=0.1, kl_in_reward=True)
+    config = replace(PPO, kl_coef=0.1, kl_in_reward=True)
     policy = config.build_policy()
     estimator = build_estimator("gae", policy, config)
     responses, mask = policy.sample(PROMPTS, 3, torch.Generator().manual_seed(0))
@@ -143,8 +137,8 @@ def test_group_estimator_is_stateless():
         ({"gae_lambda": True}, "gae_lambda must be a number in"),
         ({"value_clip": 0}, "value_clip must be a positive"),
         ({"critic_learning_rate": -1e-3}, "critic_learning_rate must be a positive"),
-        ({"kl_in_reward": True}, "kl_in_reward .* kl_penalty > 0"),
-        ({"kl_in_reward": True, "kl_penalty": 0.1, "advantage_estimator": "group"}, "needs"),
+        ({"kl_in_reward": True}, "kl_in_reward .* kl_coef > 0"),
+        ({"kl_in_reward": True, "kl_coef": 0.1, "advantage_estimator": "group"}, "needs"),
         ({"whiten_advantages": 1}, "whiten_advantages must be True or False"),
         ({"advantage_estimator": "critic"}, "advantage_estimator"),
     ],
@@ -208,14 +202,14 @@ def test_credit_noise_limits_on_an_enumerated_policy():
 
 
 def test_kl_in_reward_runs_and_keeps_the_kl_out_of_the_loss():
-    config = replace(PPO, num_epochs=2, kl_penalty=0.5, kl_in_reward=True)
+    config = replace(PPO, num_epochs=2, kl_coef=0.5, kl_in_reward=True)
     history = run_policy_gradient(config)
     steps = history.steps()
     assert all(r["kl"] is not None for r in steps)  # still logged
     in_loss = run_policy_gradient(replace(config, kl_in_reward=False))
     # Epoch 0: the reference is the initial policy, so k1 = 0 at sampling and both runs take
     # the same first step (k3's gradient is 0 there too). At step 1 the KL is > 0: in the
-    # loss it adds kl_penalty x kl; in the reward it changes nothing until the next rollout.
+    # loss it adds kl_coef x kl; in the reward it changes nothing until the next rollout.
     other = in_loss.steps()
     assert steps[0]["loss"] == other[0]["loss"] and steps[1]["kl"] > 0
     assert abs(other[1]["loss"] - steps[1]["loss"] - 0.5 * steps[1]["kl"]) < 1e-6

@@ -8,8 +8,10 @@ import html
 import ipywidgets
 import pytest
 
+from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.gae_widget import gae_curves, make_gae_widget, plot_gae_runs
-from pgrl_helpers.training import History, TrainConfig, run_policy_gradient
+from pgrl_helpers.history import History
+from pgrl_helpers.training import run_policy_gradient
 from pgrl_helpers.widgets import (
     TrainingDashboard,
     format_diagnosis,
@@ -47,7 +49,7 @@ def test_train_uses_exactly_the_widget_settings_and_updates_plot_and_history():
     dash = tiny_dashboard()
     dash.deltas_mode.value = "max_rewards"
     dash.loss_mode.value = "clipped"
-    dash.kl_penalty.value = 0.1
+    dash.kl_coef.value = 0.1
     dash.epsilon.value = 0.3
     dash.num_responses.value = 4
     dash.learning_rate.value = 0.01
@@ -60,7 +62,7 @@ def test_train_uses_exactly_the_widget_settings_and_updates_plot_and_history():
     config = dash.runs[0].config
     history = dash.runs[0].history
     assert history.config is config, "the recorded config is the one the run used"
-    expected = dict(deltas_mode="max_rewards", loss_mode="clipped", kl_penalty=0.1, epsilon=0.3)
+    expected = dict(deltas_mode="max_rewards", loss_mode="clipped", kl_coef=0.1, epsilon=0.3)
     expected.update(num_responses=4, num_epochs=3, num_steps_per_epoch=1, seed=7, model="lecture")
     for name, value in expected.items():
         assert getattr(config, name) == pytest.approx(value), name
@@ -198,8 +200,8 @@ def test_dashboard_shows_diagnose_findings_for_the_run_just_trained():
 def test_format_diagnosis_explains_a_history_it_cannot_read():
     history = History(TINY)  # a run stopped before its first optimizer step
     history.append(
-        {"kind": "eval", "epoch": 0, "step": 0, "heldout_exact_sort": 0.0,
-         "heldout_mean_reward": 0.0}
+        {"kind": "eval", "epoch": 0, "step": 0, "validation_exact_sort": 0.0,
+         "validation_mean_reward": 0.0}
     )  # fmt: skip
     text = format_diagnosis(history)
     assert "cannot diagnose" in text and "no &#x27;step&#x27; records" in text
@@ -345,8 +347,8 @@ def test_the_default_dashboard_shows_learning_at_once():
     dash.train_button.click()
     history = dash.runs[0].history
     evals = history.evals()
-    first, last = evals[0]["heldout_exact_sort"], evals[-1]["heldout_exact_sort"]
-    assert len(history.heldout_prompts) >= 100, "a held-out score over many prompts"
+    first, last = evals[0]["validation_exact_sort"], evals[-1]["validation_exact_sort"]
+    assert len(history.validation_prompts) >= 100, "a held-out score over many prompts"
     assert first < 0.1 and last >= 0.9, (first, last)
 
 

@@ -70,7 +70,7 @@ CAUSES: dict[str, str] = {
 
 
 def _healthy():
-    from ..training import TrainConfig
+    from ..config import TrainConfig
 
     return TrainConfig(
         **CAPSTONE_TASK,
@@ -87,13 +87,13 @@ def _healthy():
         num_epochs=150,
         num_steps_per_epoch=2,
         eval_every=5,
-        target_heldout_exact_sort=CAPSTONE_STOP,
+        target_validation_exact_sort=CAPSTONE_STOP,
     )
 
 
 #: run name -> (the field(s) that broke it, the one cause in ``CAUSES`` that names it)
 _BREAKS: dict[str, tuple[dict, str]] = {
-    "A": ({"kl_penalty": 5.0, "seed": 3}, "kl_penalty_too_strong"),
+    "A": ({"kl_coef": 5.0, "seed": 3}, "kl_penalty_too_strong"),
     "B": ({"learning_rate": 0.1, "seed": 5}, "learning_rate_too_high"),
     "C": ({"detach_old_log_probs": False, "seed": 7}, "old_log_probs_not_detached"),
 }
@@ -109,8 +109,8 @@ _FIXES: dict[str, tuple[Callable, str]] = {
         "set detach_old_log_probs=True",
     ),
     "kl_penalty_too_strong": (
-        lambda fixed, broken: fixed.kl_penalty < broken.kl_penalty,
-        "lower kl_penalty",
+        lambda fixed, broken: fixed.kl_coef < broken.kl_coef,
+        "lower kl_coef",
     ),
 }
 
@@ -147,7 +147,7 @@ def _rerun(config) -> tuple[float, float, int, str, int]:
         history = run_policy_gradient(config)
         last = history.evals()[-1]
         _rerun_cache[key] = (
-            last["heldout_exact_sort"],
+            last["validation_exact_sort"],
             last["test_exact_sort"],
             last["responses_sampled"],
             str(history.stop_reason),
@@ -160,7 +160,7 @@ def check_broken_run(fn: Callable, run: str, *, seed: int | None = None, strict:
     """fn() -> (cause, config): the cause of broken run ``run`` (a key of ``CAUSES``) and a
     fixed TrainConfig. The check re-runs the config with seed CAPSTONE_RERUN_SEED (+ ``seed``
     when given: the hidden test) whatever seed it carries, with the validation stop set."""
-    from ..training import TrainConfig
+    from ..config import TrainConfig
 
     def diagnose() -> str:
         broken = broken_config(run)
@@ -209,7 +209,7 @@ def check_broken_run(fn: Callable, run: str, *, seed: int | None = None, strict:
         rerun = replace(
             config,
             seed=rerun_seed,
-            target_heldout_exact_sort=CAPSTONE_STOP,
+            target_validation_exact_sort=CAPSTONE_STOP,
             progress=False,
         )
         val, test, responses, stop, leaked = _rerun(rerun)

@@ -217,7 +217,7 @@ def reinforce_estimates(
     g = torch.Generator().manual_seed(500 + seed)
     with torch.no_grad():
         probs = torch.exp(
-            compute_log_probs(prompts, responses[None].expand(batch, -1, -1), model).sum(-1)
+            compute_log_probs(model, prompts, responses[None].expand(batch, -1, -1)).sum(-1)
         )  # [batch, N]
         idx = torch.multinomial(
             probs.repeat_interleave(num_draws, 0), BASELINE_G, replacement=True, generator=g

@@ -43,12 +43,12 @@ def _reference_loop(model, prompts, responses, deltas, num_steps, learning_rate,
     """The correct inner loop (refresh=True: old log-probs recomputed every step, frozen)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=learning_rate)
     with torch.no_grad():
-        old = compute_log_probs(prompts, responses, model)
+        old = compute_log_probs(model, prompts, responses)
     for _ in range(num_steps):
         if refresh:
             with torch.no_grad():
-                old = compute_log_probs(prompts, responses, model)
-        log_probs = compute_log_probs(prompts, responses, model)
+                old = compute_log_probs(model, prompts, responses)
+        log_probs = compute_log_probs(model, prompts, responses)
         loss = compute_loss(log_probs, deltas, "unclipped", old_log_probs=old)
         optimizer.zero_grad()
         loss.backward()

@@ -146,7 +146,7 @@ def check_expected_reward(fn: Callable, *, seed: int = 0, strict: bool = False):
             with torch.no_grad():
                 responses = all_responses(EXACT_VOCAB, EXACT_LENGTH)
                 expanded = responses[None].expand(batch, -1, -1)
-                token_lp = compute_log_probs(prompts, expanded, model)  # [batch, N, pos]
+                token_lp = compute_log_probs(model, prompts, expanded)  # [batch, N, pos]
                 log_pi = token_lp.sum(-1)
                 rewards = compute_reward(prompts, expanded, "sort_distance_reward")
             mistake = _first_match(

@@ -54,7 +54,7 @@ def check_training_config(fn: Callable, *, seed: int | None = None, strict: bool
     (the hidden test reruns the config with another seed). Results are cached per config."""
     from dataclasses import replace
 
-    from ..training import TrainConfig
+    from ..config import TrainConfig
 
     def diagnose() -> str:
         config = _call(fn)
@@ -77,7 +77,7 @@ def check_training_config(fn: Callable, *, seed: int | None = None, strict: bool
                 f"{config.num_epochs} x {config.batch_prompts} x {config.num_responses} = "
                 f"{budget:,} sampled responses, more than {TRAINING_BUDGET:,}"
             )
-        run = replace(config, target_heldout_exact_sort=TRAINING_TARGET, progress=False)
+        run = replace(config, target_validation_exact_sort=TRAINING_TARGET, progress=False)
         if seed is not None:
             run = replace(run, seed=config.seed + seed)
         best, responses, stop = _training_outcome(run)
