@@ -6,9 +6,14 @@
                                   (made on first run; --reset refreshes it from the committed
                                   versions, keeping a backup; other arguments go to JupyterLab)
     python3 tasks.py test         set up .venv (first time) and run every check:
-                                  ruff, pytest unit tests, nbval over every notebook
+                                  ruff, pytest unit tests, every benchmark's --quick
+                                  version (bench --quick), nbval over every notebook
     python3 tasks.py setup        only create / update .venv
-    python3 tasks.py bench        run the benchmark scripts in benchmarks/
+    python3 tasks.py bench        run the benchmark scripts in benchmarks/ (minutes to hours),
+                                  then benchmarks/report.py (writes benchmarks/RESULTS.md);
+                                  --quick: each script at tiny sizes into a temporary folder
+                                  and the report of that folder (a few minutes; fails if any
+                                  script fails; benchmarks/results/ is never touched)
     python3 tasks.py assignments  generate student notebooks from the instructor ones
     python3 tasks.py book         build the series as a static, offline website in build/book/html
     python3 tasks.py timings      run every notebook from a fresh kernel (a temporary copy) and
@@ -233,6 +238,7 @@ def test() -> None:
     run(BIN / "ruff", "check", *targets)
     run(BIN / "ruff", "format", "--check", *targets)
     run(PY, "-m", "pytest", "tests", *sys.argv[2:])
+    bench(quick=True, install=False)  # every benchmark runs, at tiny sizes
     run(
         PY,
         "-m",
@@ -247,12 +253,43 @@ def test() -> None:
     )
 
 
-def bench() -> None:
-    setup(LAB_REQUIREMENTS)
+def bench(quick: bool | None = None, install: bool = True) -> None:
+    """Every ``benchmarks/bench_*.py``, then ``benchmarks/report.py`` (RESULTS.md).
+
+    ``quick`` (default: ``--quick`` on the command line): each script's ``--quick`` run into
+    one temporary folder, one process each, timed; then the report of that folder. Raises
+    SystemExit naming the scripts that failed (their output is printed; the folder is kept).
+    ``install``: set up the packages first (``test`` has done it already).
+    """
+    if install:
+        setup(["requirements.txt", "requirements-scale.txt"])  # TRL for bench_trl*, pass@k
+    if quick is None:
+        quick = "--quick" in sys.argv[2:]
     scripts = sorted((ROOT / "benchmarks").glob("bench_*.py"))
-    report = ROOT / "benchmarks" / "bench_9_report.py"  # assembles RESULTS.md: runs last
-    for script in [s for s in scripts if s != report] + [report]:
-        run(PY, script)
+    report = ROOT / "benchmarks" / "report.py"
+    if not quick:
+        for script in scripts:
+            run(PY, script)
+        run(PY, report)
+        return
+    out = Path(tempfile.mkdtemp(prefix="pgrl-bench-quick-"))
+    print(f"Quick benchmark runs into {out} (benchmarks/results/ is not touched):", flush=True)
+    failed, start = [], time.perf_counter()
+    for script in scripts + [report]:
+        args = [str(out)] if script == report else ["--quick", "--out", str(out)]
+        began = time.perf_counter()
+        done = subprocess.run(
+            [str(PY), str(script), *args], cwd=ROOT, capture_output=True, text=True
+        )
+        status = "ok" if done.returncode == 0 else f"FAILED (exit {done.returncode})"
+        print(f"  {script.name:28s} {time.perf_counter() - began:5.1f} s  {status}", flush=True)
+        if done.returncode:
+            failed.append(script.name)
+            print(done.stdout[-4000:] + done.stderr[-4000:], file=sys.stderr, flush=True)
+    print(f"  {'total':28s} {time.perf_counter() - start:5.1f} s", flush=True)
+    if failed:
+        raise SystemExit(f"bench --quick: {', '.join(failed)} failed (outputs kept in {out})")
+    shutil.rmtree(out, ignore_errors=True)
 
 
 def assignments() -> None:

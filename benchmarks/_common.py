@@ -1,14 +1,21 @@
-"""Shared bits of the benchmark scripts: machine description, tables, results files.
+"""Shared bits of the benchmark scripts: command line, machine description, tables, results.
 
-Not a benchmark itself (``tasks.py bench`` runs only ``bench_*.py``).
+Not a benchmark itself (``tasks.py bench`` runs only ``bench_*.py``). Every ``bench_<name>.py``
+exposes ``NAME`` (the stem of its main results file), ``main(quick=False, seeds=None,
+out_dir=RESULTS_DIR) -> dict`` (runs the benchmark, writes ``out_dir/<NAME>.json`` and returns
+what it wrote) and ``section(result, results_dir) -> str`` (its part of RESULTS.md, rendered
+from that JSON by ``report.py``); its command line is ``parse_args``'s.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
 import statistics
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,10 +28,60 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 NUM_THREADS = 1
 
 
-def setup() -> None:
-    """Fix the thread count and create the results folder."""
+def parse_args(add_options=None, argv: list[str] | None = None) -> dict:
+    """The command line every benchmark shares, as keyword arguments for its ``main``.
+
+    ``--quick``: tiny sizes (a few seconds), written to a temporary folder (or ``--out``), never
+    to results/; ``--seeds S [S ...]``: the seeds to run instead of the benchmark's own;
+    ``--out DIR``: where the results files go (default: benchmarks/results/). ``add_options``,
+    if given, adds the script's own options to the ``argparse`` parser (each becomes a keyword
+    argument of ``main``).
+    """
+    doc = (sys.modules["__main__"].__doc__ or "").strip().splitlines()
+    parser = argparse.ArgumentParser(description=doc[0] if doc else None)
+    parser.add_argument(
+        "--quick", action="store_true", help="tiny sizes, a few seconds; never writes results/"
+    )
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", metavar="S", help="seeds (default: the benchmark's)"
+    )
+    parser.add_argument(
+        "--out",
+        dest="out_dir",
+        type=Path,
+        metavar="DIR",
+        help="folder for the results files (default: results/)",
+    )
+    if add_options is not None:
+        add_options(parser)
+    args = vars(parser.parse_args(argv))
+    if args["out_dir"] is None:
+        args["out_dir"] = RESULTS_DIR
+    return args
+
+
+def output_dir(out_dir: Path | str, quick: bool) -> Path:
+    """The folder a run writes to, created: ``out_dir``, except that a quick run aimed at
+    results/ goes to a new temporary folder instead (quick numbers never replace the record)."""
+    out_dir = Path(out_dir).resolve()
+    if quick and out_dir == RESULTS_DIR:
+        out_dir = Path(tempfile.mkdtemp(prefix="bench-quick-"))
+        print(f"quick run: writing to {out_dir}", flush=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
+
+
+def setup(out_dir: Path | None = None) -> None:
+    """Fix the thread count (and create ``out_dir`` if given)."""
     torch.set_num_threads(NUM_THREADS)
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+
+
+def load(name: str, results_dir: Path = RESULTS_DIR) -> dict | None:
+    """results_dir/<name>.json, or None if that benchmark has not been run."""
+    path = Path(results_dir) / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 def cpu_model() -> str:
@@ -52,13 +109,13 @@ def machine() -> dict:
     }
 
 
-def save(name: str, payload: dict) -> Path:
-    """Write results/<name>.json with the machine description added."""
-    path = RESULTS_DIR / f"{name}.json"
+def save(name: str, payload: dict, out_dir: Path = RESULTS_DIR) -> dict:
+    """Write out_dir/<name>.json with the machine description added; return what was written."""
+    path = Path(out_dir) / f"{name}.json"
     payload = {"machine": machine(), **payload}
     path.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"wrote {path.relative_to(RESULTS_DIR.parent.parent)}")
-    return path
+    print(f"wrote {path}", flush=True)
+    return payload
 
 
 def markdown_table(headers: list[str], rows: list[list]) -> str:
@@ -160,8 +217,10 @@ def save_seed_runs(
     verdict: str,
     validation_target: float,
     budget_seconds: float | None = None,
-) -> None:
-    """Plot each seed's curve (wall seconds vs validation exact) and save JSON + PNG as ``name``.
+    out_dir: Path = RESULTS_DIR,
+) -> dict:
+    """Plot each seed's curve (wall seconds vs validation exact) and save JSON + PNG as ``name``
+    in ``out_dir``; return the JSON's content.
 
     ``runs``: one dict per seed with ``seed`` and ``curve`` = [(responses, validation, test), ...].
     """
@@ -176,9 +235,9 @@ def save_seed_runs(
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(RESULTS_DIR / f"{name}.png", dpi=100)
+    fig.savefig(Path(out_dir) / f"{name}.png", dpi=100)
     plt.close(fig)
-    save(
+    return save(
         name,
         {
             "config": {k: (v if not callable(v) else v.__name__) for k, v in vars(config).items()},
@@ -189,14 +248,15 @@ def save_seed_runs(
             "validation_target": validation_target,
             "goal": goal,
         },
+        out_dir,
     )
 
 
 # --- Test splits: what was held out, and which recipes were scored on the test set ----------
 #
-# Issue 27 item 4: a test set is scored once, by the final recipe. Every results JSON records
-# its validation and test splits (seed, sizes, key) and every recipe scored on that test split;
-# tests/test_test_splits.py reads these records (and LEGACY_SPLITS below for files written
+# A test set is scored once, by the final recipe. Every results JSON records its validation
+# and test splits (seed, sizes, key) and every recipe scored on that test split;
+# tests/test_test_splits.py reads these records (and split_records_legacy.json for files written
 # before this helper) and fails when a test split was scored by more than one recipe unless the
 # JSON and the prose that reports it both say that it guided the choice.
 #
@@ -306,4 +366,36 @@ def record_splits(
         "test_scored_by": [recipe, *earlier_recipes] if test is not None else [],
         "test_guided_choice": guided_choice,
     }
+    return payload
+
+
+def record_file_splits(
+    path: Path,
+    config,
+    benchmark: str,
+    recipe: str,
+    no_test_reason: str | None = None,
+) -> dict:
+    """Give the results file ``path`` the ``record_splits`` record of the loop's split for
+    ``config``. With ``no_test_reason`` the file keeps no test score: the runs' test values (the
+    loop computes them) are dropped and the record has no test split. Returns the new content.
+    """
+    path = Path(path)
+    payload = json.loads(path.read_text())
+    if isinstance(payload.get("splits"), dict) and "validation" in payload["splits"]:
+        if "keys" in payload["splits"]["validation"]:
+            payload["split_keys"] = payload.pop("splits")
+    for key in ("test_scored_by", "test_guided_choice"):
+        payload.pop(key, None)
+    splits = loop_splits(config, benchmark)
+    test = splits["test"] if no_test_reason is None else None
+    if no_test_reason is not None:
+        for runs in payload["runs"].values():
+            for r in runs:
+                r.pop("test_exact", None)
+    record_splits(payload, validation=splits["validation"], test=test, recipe=recipe,
+                  benchmark=benchmark)  # fmt: skip
+    if no_test_reason is not None:
+        payload["splits"]["no_test_reason"] = no_test_reason
+    path.write_text(json.dumps(payload, indent=2) + "\n")
     return payload

@@ -24,21 +24,30 @@ values); the JSON records both and lists every setting under ``test_scored_by``:
 scores each setting once, at the end, and chooses nothing. ``--relabel`` recomputes the labels,
 the split record and the table from the stored curves without training again.
 
-Writes results/collapse.json. Run: ``python benchmarks/bench_collapse.py [--quick|--relabel]``.
+Writes results/collapse.json. Run: ``python benchmarks/bench_collapse.py [--quick|--relabel]``
+(``--quick``: one seed, 2 epochs, into a temporary folder).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import statistics
-import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import torch
-from _common import RESULTS_DIR, markdown_table, save, setup, split_keys
+from _common import (
+    RESULTS_DIR,
+    markdown_table,
+    output_dir,
+    parse_args,
+    record_file_splits,
+    save,
+    setup,
+    split_keys,
+)
 
 from pgrl_helpers.autoregressive import sample_with_mask
 from pgrl_helpers.collapse import ENTROPY_THRESHOLD, TAIL_EPOCHS, end_entropy, is_collapsed
@@ -47,6 +56,7 @@ from pgrl_helpers.history import history_columns, per_epoch
 from pgrl_helpers.seed_stats import compare_seeds
 from pgrl_helpers.training import heldout_split, run_policy_gradient
 
+NAME = "collapse"
 SEEDS = (0, 1, 2, 3, 4)
 EPOCHS = 150  # notebook 08's MAIN_EPOCHS
 TARGET = 0.9  # notebook 08's stopping bar on validation exact
@@ -198,9 +208,9 @@ def summary_table(runs: list[dict]) -> str:
     return markdown_table(headers, rows)
 
 
-def relabel() -> None:
+def relabel_stored(out_dir=RESULTS_DIR) -> dict:
     """Recompute labels, splits, comparisons and the table of collapse.json from its curves."""
-    path = RESULTS_DIR / "collapse.json"
+    path = Path(out_dir) / f"{NAME}.json"
     payload = json.loads(path.read_text())
     for r in payload["runs"]:
         c = r["curves"]
@@ -213,8 +223,8 @@ def relabel() -> None:
     payload["table"] = summary_table(payload["runs"])
     payload["relabelled_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     path.write_text(json.dumps(payload, indent=2) + "\n")
-    record_splits_collapse()
     print(payload["table"])
+    return record_splits_collapse(out_dir)
 
 
 RECIPE = (
@@ -223,12 +233,11 @@ RECIPE = (
 )
 
 
-def record_splits_collapse() -> None:
-    """The ``_common.record_splits`` record of collapse.json (issue 27); the keys themselves
-    stay under ``split_keys``."""
-    import bench_objectives
-
-    bench_objectives.record_file_splits("collapse", CONFIG, "bench_collapse.py", RECIPE)
+def record_splits_collapse(out_dir=RESULTS_DIR) -> dict:
+    """The ``_common.record_splits`` record of collapse.json; the keys themselves stay under
+    ``split_keys``."""
+    path = Path(out_dir) / f"{NAME}.json"
+    return record_file_splits(path, CONFIG, "bench_collapse.py", RECIPE)
 
 
 def collapse_definition() -> dict:
@@ -241,19 +250,25 @@ def collapse_definition() -> dict:
     }
 
 
-def results_section(payload: dict) -> str:
-    """The benchmarks/RESULTS.md section for a saved results payload (``--section``)."""
+def section(payload: dict, results_dir=RESULTS_DIR) -> str:
+    """Collapsed seeds, test exact and end entropy per setting, against notebook 08's."""
     rule = payload["collapse_definition"]
+    c = payload["config"]
     seeds = ", ".join(map(str, payload["seeds"]))
     loads = payload["machine"]["load_average_1_5_15_min"]
+    validation = payload["split_keys"]["validation"]
     lines = [
         "## Entropy collapse on the autoregressive task (`bench_collapse.py`, notebook 08)",
         "",
-        f"Notebook 08's section-6 run (sort-dedup, length 4, values 0-5, `normalized_rewards`, "
-        f"clipped loss, `token_mean`, lr 0.003, 32 prompts x 4 steps per epoch) at its G and "
+        f"Notebook 08's section-6 run (sort-dedup, length {c['prompt_length']}, values "
+        f"0-{c['vocab_size'] - 1}, `{c['deltas_mode']}`, {c['loss_mode']} loss, "
+        f"`{c['loss_aggregation']}`, lr {c['learning_rate']:g}, {c['prompts_per_epoch']} prompts "
+        f"x {c['num_steps_per_epoch']} steps per epoch) at its G and "
         f"entropy bonus and without them; seeds {seeds}; at most {payload['max_epochs']} epochs, "
-        f"stopping at {payload['target']:.0%} greedy exact on 42 validation prompts (14 sets of "
-        f"values), test exact on 42 others. *Collapsed* (`pgrl_helpers.collapse.is_collapsed`, "
+        f"stopping at {payload['target']:.0%} greedy exact on {validation['size']} validation "
+        f"prompts ({validation['distinct_keys']} sets of "
+        f"values), test exact on {payload['split_keys']['test']['size']} others. *Collapsed* "
+        "(`pgrl_helpers.collapse.is_collapsed`, "
         f"the course's one rule; it never reads the test set): entropy below "
         f"{rule['entropy_below_nats']} nats per token (mean of the last "
         f"{rule['entropy_mean_of_last_epochs']} epochs) and final validation exact below "
@@ -261,44 +276,39 @@ def results_section(payload: dict) -> str:
         f"p-values are exact permutation tests over the seeds (`seed_stats.compare_seeds`) of "
         f"test exact against notebook 08's setting; the test split scores every setting once "
         f"and chooses nothing. {payload['total_cpu_seconds'] / 60:.1f} CPU-minutes in all "
-        f"(budget 15), worker processes on 2 shared cores, 1-minute load average "
+        f"(budget 15), worker processes on {payload['machine']['logical_cores']} shared cores, "
+        "1-minute load average "
         f"{loads[0]} at the end (CPU seconds are comparable, wall times would not be).",
         "",
         payload["table"],
-        "",
     ]
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1 seed, 6 epochs: a smoke test")
-    parser.add_argument("--workers", type=int, default=2, help="worker processes")
-    parser.add_argument(
-        "--section", action="store_true", help="print the RESULTS.md section of collapse.json"
-    )
-    parser.add_argument(
-        "--relabel", action="store_true", help="labels, splits and table from the stored curves"
-    )
-    args = parser.parse_args(argv)
-    if args.section:
-        print(results_section(json.loads((RESULTS_DIR / "collapse.json").read_text())))
-        return
-    if args.relabel:
-        relabel()
-        return
+def main(
+    quick: bool = False,
+    seeds=None,
+    out_dir=RESULTS_DIR,
+    *,
+    workers: int = 2,
+    relabel: bool = False,
+) -> dict:
+    """Every setting on every seed (``quick``: seed 0, 2 epochs) in ``workers`` processes;
+    ``relabel``: only recompute out_dir/collapse.json's labels from its curves."""
+    if relabel:
+        return relabel_stored(out_dir)
+    out_dir = output_dir(out_dir, quick)
     setup()
-    seeds, epochs = ((0,), 6) if args.quick else (SEEDS, EPOCHS)
+    seeds = tuple(seeds) if seeds else ((0,) if quick else SEEDS)
+    epochs = 2 if quick else EPOCHS
     jobs = [(name, seed, epochs) for name in SETTINGS for seed in seeds]
     # two worker processes (2 cores), torch on one thread each; every run is deterministic
-    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
         runs = pool.starmap(run_setting, jobs)
     table = summary_table(runs)
     print(table)
-    if args.quick:
-        return  # a smoke test writes nothing
     save(
-        "collapse",
+        NAME,
         {
             "config": {k: (v if not callable(v) else v.__name__) for k, v in vars(CONFIG).items()},
             "settings": {name: {"G": g, "entropy_coef": c} for name, (g, c) in SETTINGS.items()},
@@ -312,9 +322,17 @@ def main(argv: list[str]) -> None:
             "runs": runs,
             "table": table,
         },
+        out_dir,
     )
-    record_splits_collapse()
+    return record_splits_collapse(out_dir)
+
+
+def add_options(parser) -> None:
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument(
+        "--relabel", action="store_true", help="labels, splits and table from the stored curves"
+    )
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(**parse_args(add_options))

@@ -1,4 +1,4 @@
-"""Entropy collapse and its remedies on the autoregressive sort-dedup task (issue 15, nb 11 sec. 7).
+"""Entropy collapse and its remedies on the autoregressive sort-dedup task (notebook 11 sec. 7).
 
 The collapsing run (``COLLAPSE``): GRPO (clipped ratio, token-mean loss) on the leaderboard's
 task (``bench_objectives.BASE``: prompts of length 4, values 0-5, 10 + 10 held-out sets of
@@ -19,21 +19,31 @@ Every run trains ``EPOCHS`` epochs (no early stop), logging the training reward 
 per step and the validation / test exact every 5 epochs. The notebook fits Cui et al.'s
 R = -a exp(H) + b to the collapsing runs' (entropy, reward) points. Budget: 8 settings x 5
 seeds; CPU seconds per run saved with the results (shared 2-core CPU: see the load average).
+
+    python benchmarks/bench_entropy.py                          (every setting, one process)
+    python benchmarks/bench_entropy.py --part a --remedies "clip-higher"   (saved as entropy_a)
+    python benchmarks/bench_entropy.py --merge a b              (the parts into entropy.json)
+    python benchmarks/bench_entropy.py --record-splits          (add the split record)
+    python benchmarks/bench_entropy.py --quick                  (seed 0, 2 epochs)
 """
 
 from __future__ import annotations
 
-import sys
+import json
+import statistics
 import time
 from dataclasses import replace
+from pathlib import Path
 
-from _common import save, setup
+from _common import RESULTS_DIR, output_dir, parse_args, record_file_splits, save, setup
 from bench_objectives import BASE
 
 from pgrl_helpers.training import run_policy_gradient
 
+NAME = "entropy"
 SEEDS = (0, 1, 2, 3, 4)
 EPOCHS = 60
+QUICK_EPOCHS = 2
 COLLAPSE = replace(BASE, entropy_coef=0.0, learning_rate=1e-2, num_epochs=EPOCHS,
                    target_validation_exact_sort=None)  # fmt: skip
 
@@ -70,25 +80,43 @@ def run(config) -> dict:
     }
 
 
-def main(names: list[str], part: str | None) -> None:
+def main(
+    quick: bool = False,
+    seeds=None,
+    out_dir=RESULTS_DIR,
+    *,
+    remedies=None,
+    part: str | None = None,
+    merge: list[str] | None = None,
+    record_splits: bool = False,
+) -> dict:
+    """Every remedy (or ``remedies``) on ``seeds`` (default ``SEEDS``; ``quick``: seed 0,
+    ``QUICK_EPOCHS`` epochs); ``part`` saves them as entropy_<part>.json for ``merge``;
+    ``merge`` combines such parts; ``record_splits`` only adds the split record."""
+    if merge:
+        return merge_parts(merge, out_dir)
+    if record_splits:
+        return record_splits_entropy(out_dir)
+    out_dir = output_dir(out_dir, quick)
     setup()
+    seeds = tuple(seeds) if seeds else ((0,) if quick else SEEDS)
+    collapse = replace(COLLAPSE, num_epochs=QUICK_EPOCHS) if quick else COLLAPSE
     results = {}
-    for name in names:
+    for name in remedies or REMEDIES:
         results[name] = []
-        for seed in SEEDS:
-            r = run(replace(COLLAPSE, seed=seed, **REMEDIES[name]))
+        for seed in seeds:
+            r = run(replace(collapse, seed=seed, **REMEDIES[name]))
             results[name].append(r)
             print(f"{name} seed {seed}: final entropy {r['final_entropy']:.3f}, reward "
                   f"{r['final_reward']:.3f}, test exact {r['final_test_exact']:.2f} "
                   f"({r['cpu_seconds']:.0f} CPU s)", flush=True)  # fmt: skip
-    fields = {f: getattr(COLLAPSE, f) for f in ("prompt_length", "vocab_size", "num_responses",
+    fields = {f: getattr(collapse, f) for f in ("prompt_length", "vocab_size", "num_responses",
               "prompts_per_epoch", "num_steps_per_epoch", "learning_rate", "entropy_coef",
               "loss_aggregation", "num_eval_prompts", "num_epochs")}  # fmt: skip
-    payload = {"seeds": list(SEEDS), "collapse_config": fields, "remedies": REMEDIES,
+    payload = {"seeds": list(seeds), "collapse_config": fields, "remedies": REMEDIES,
                "runs": results}  # fmt: skip
-    save("entropy" if part is None else f"entropy_{part}", payload)
-    if part is None:
-        record_splits_entropy()
+    saved = save(NAME if part is None else f"{NAME}_{part}", payload, out_dir)
+    return record_splits_entropy(out_dir) if part is None else saved
 
 
 RECIPE = (
@@ -97,36 +125,35 @@ RECIPE = (
 )
 
 
-def record_splits_entropy() -> None:
-    """The ``_common.record_splits`` record of entropy.json (issue 27)."""
-    import bench_objectives
-
-    bench_objectives.record_file_splits("entropy", COLLAPSE, "bench_entropy.py", RECIPE)
+def record_splits_entropy(out_dir=RESULTS_DIR) -> dict:
+    """The ``_common.record_splits`` record of entropy.json."""
+    return record_file_splits(Path(out_dir) / f"{NAME}.json", COLLAPSE, "bench_entropy.py", RECIPE)
 
 
-def merge(parts: list[str]) -> None:
+def merge_parts(parts: list[str], out_dir=RESULTS_DIR) -> dict:
     """Combine entropy_<part>.json files into entropy.json (keeps each part's load average)."""
-    import json
-
-    from _common import RESULTS_DIR
-
     runs, loads = {}, []
     for part in parts:
-        data = json.loads((RESULTS_DIR / f"entropy_{part}.json").read_text())
+        data = json.loads((Path(out_dir) / f"{NAME}_{part}.json").read_text())
         runs.update(data["runs"])
         loads.append(data["machine"]["load_average_1_5_15_min"])
     fields = data["collapse_config"]
-    save("entropy", {"seeds": list(SEEDS), "collapse_config": fields, "remedies": REMEDIES,
-                     "part_load_averages": loads,
-                     "runs": {n: runs[n] for n in REMEDIES if n in runs}})  # fmt: skip
-    record_splits_entropy()
+    save(NAME, {"seeds": list(SEEDS), "collapse_config": fields, "remedies": REMEDIES,
+                "part_load_averages": loads,
+                "runs": {n: runs[n] for n in REMEDIES if n in runs}}, out_dir)  # fmt: skip
+    return record_splits_entropy(out_dir)
 
 
-def results_section(payload: dict) -> str:
-    """RESULTS.md section 11b from entropy.json: medians, worst seed and compare_seeds p-values
-    against no remedy, and Cui et al.'s R = -a exp(H) + b fitted to the collapsing runs."""
-    import statistics
+def add_options(parser) -> None:
+    parser.add_argument("--remedies", nargs="+", metavar="NAME", help="default: all")
+    parser.add_argument("--part", help="save as entropy_<part>.json (for --merge)")
+    parser.add_argument("--merge", nargs="+", metavar="PART", help="combine parts")
+    parser.add_argument("--record-splits", action="store_true", help="add the split record")
 
+
+def section(payload: dict, results_dir=RESULTS_DIR) -> str:
+    """Medians, worst seed and compare_seeds p-values against no remedy, and Cui et al.'s
+    R = -a exp(H) + b fitted to the collapsing runs."""
     import torch
 
     from pgrl_helpers.seed_stats import compare_seeds
@@ -159,15 +186,17 @@ def results_section(payload: dict) -> str:
     settings = "; ".join(f"{k}: {v}" for k, v in payload["remedies"].items() if v)
     return "\n".join(
         [
-            "## 11b. Entropy collapse and its remedies (`bench_entropy.py`, notebook 11 section 7)",
+            "## Entropy collapse and its remedies (`bench_entropy.py`, notebook 11 section 7)",
             "",
-            f"The collapsing run: GRPO (clipped, token mean) on the task of section 11 with lr "
+            f"The collapsing run: GRPO (clipped, token mean) on the task of section "
+            f"<bench_objectives> with lr "
             f"{c['learning_rate']:g}, no entropy bonus, {c['num_epochs']} epochs (no early stop); "
             f"the remedies change one dial each on the same seeds {seeds}: {settings}. Final "
             "entropy and reward: mean over the last epoch's optimizer steps; test exact: the "
-            "loop's test split (10 sets of values), scored once per run at its end, choosing "
+            f"loop's test split ({c['num_eval_prompts']} sets of values), scored once per run at "
+            "its end, choosing "
             "nothing. p: `seed_stats.compare_seeds` (exact permutation over the seeds) against no "
-            f"remedy; {n_tests} tests, Bonferroni threshold {0.05 / n_tests:.4f}.",
+            f"remedy; {n_tests} tests, Bonferroni threshold {0.05 / max(n_tests, 1):.4f}.",
             "",
             "| setting | final entropy (median) | final entropy (lowest seed) | final training "
             "reward (median) | test exact (median) | test exact (worst seed) | p entropy vs none "
@@ -178,28 +207,9 @@ def results_section(payload: dict) -> str:
             f"Cui et al.'s R = -a exp(H) + b fitted by least squares to every optimizer step of "
             f"the collapsing runs: a = {a:.3f}, b = {b:.3f}, R^2 = {r2:.2f}; predicted ceiling at "
             f"H = 0: {b - a:.3f}, mean training reward of their last epoch: {final:.3f}.",
-            "",
         ]
     )
 
 
 if __name__ == "__main__":
-    # usage: bench_entropy.py                          (every setting, one process)
-    #        bench_entropy.py --part a "clip-higher"   (a subset, saved as entropy_a.json)
-    #        bench_entropy.py --merge a b              (combine the parts into entropy.json)
-    #        bench_entropy.py --record-splits          (add the split record to entropy.json)
-    args = sys.argv[1:]
-    if args[:1] == ["--section"]:
-        import json
-
-        from _common import RESULTS_DIR
-
-        print(results_section(json.loads((RESULTS_DIR / "entropy.json").read_text())))
-    elif args[:1] == ["--record-splits"]:
-        record_splits_entropy()
-    elif args[:1] == ["--merge"]:
-        merge(args[1:])
-    elif args[:1] == ["--part"]:
-        main(args[2:], part=args[1])
-    else:
-        main(args or list(REMEDIES), None)
+    main(**parse_args(add_options))

@@ -8,6 +8,8 @@ samples, greedy exact-sort on held-out prompts, the *exact* KL(pi || pi_init) pe
 on those prompts (summed over positions: the policy decodes positions independently, so
 ``policy_token_kl`` is exact, and it is measured for beta = 0 too), and the policy's entropy
 at the end. Writes results/kl_beta.json.
+
+    python benchmarks/bench_kl_beta.py [--quick] [--seeds S ...] [--out DIR]
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import copy
 import dataclasses
 import statistics
 
-from _common import markdown_table, save, setup
+from _common import RESULTS_DIR, markdown_table, output_dir, parse_args, save, setup
 
 from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.history import history_columns
 from pgrl_helpers.kl import policy_token_kl
 from pgrl_helpers.training import run_policy_gradient
 
+NAME = "kl_beta"
 BETAS = (0.0, 0.03, 0.3, 1.0)
 SEEDS = (0, 1, 2)
 EPOCHS = 30
@@ -47,10 +50,18 @@ CONFIG = TrainConfig(
     eval_every=EPOCHS,
     num_eval_prompts=500,
 )
+#: A quick run: 2 epochs of 16 prompts, 20 held-out prompts.
+QUICK = dict(
+    num_epochs=2,
+    compute_ref_model_period=3,
+    eval_every=2,
+    prompts_per_epoch=16,
+    num_eval_prompts=20,
+)
 
 
-def run(beta: float, seed: int) -> dict:
-    config = dataclasses.replace(CONFIG, kl_coef=beta, seed=seed)
+def run(beta: float, seed: int, base: TrainConfig = CONFIG) -> dict:
+    config = dataclasses.replace(base, kl_coef=beta, seed=seed)
     model = config.build_policy()
     initial = copy.deepcopy(model).requires_grad_(False)
     history = run_policy_gradient(config, policy=model)
@@ -68,11 +79,15 @@ def run(beta: float, seed: int) -> dict:
     }
 
 
-def main() -> None:
+def main(quick: bool = False, seeds=None, out_dir=RESULTS_DIR) -> dict:
+    """Every beta on every seed (default ``SEEDS``; ``quick``: seed 0, ``QUICK`` sizes)."""
+    out_dir = output_dir(out_dir, quick)
     setup()
+    seeds = tuple(seeds) if seeds else (SEEDS[:1] if quick else SEEDS)
+    base = dataclasses.replace(CONFIG, **QUICK) if quick else CONFIG
     runs, rows = [], []
     for beta in BETAS:
-        these = [run(beta, s) for s in SEEDS]
+        these = [run(beta, s, base) for s in seeds]
         runs += these
 
         def avg(key, these=these):
@@ -99,17 +114,24 @@ def main() -> None:
         rows,
     )
     print(table)
-    save(
-        "kl_beta",
+    return save(
+        NAME,
         {
-            "config": {k: v for k, v in dataclasses.asdict(CONFIG).items()},
+            "config": {k: v for k, v in dataclasses.asdict(base).items()},
             "betas": list(BETAS),
-            "seeds": list(SEEDS),
+            "seeds": list(seeds),
             "runs": runs,
             "table": table,
         },
+        out_dir,
     )
 
 
+def section(r: dict, results_dir=RESULTS_DIR) -> str:
+    """Reward, held-out exact-sort, KL to the initial policy and entropy per beta."""
+    title = "## The KL coefficient beta on a training run (`bench_kl_beta.py`, notebook 05)"
+    return "\n".join([title, "", r["table"]])
+
+
 if __name__ == "__main__":
-    main()
+    main(**parse_args())

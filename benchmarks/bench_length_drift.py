@@ -1,4 +1,4 @@
-"""Length drift by loss aggregation, over more seeds than notebook 08 can afford (issue 27).
+"""Length drift by loss aggregation, over more seeds than notebook 08 can afford.
 
 Notebook 08, section 4: every wrong answer gets reward -1, a right one 0, and the rewards are
 the deltas (``deltas_mode="rewards"``). Early in training almost every response is wrong, so
@@ -17,20 +17,18 @@ the epoch-0 length of the same runs (direction), ``sequence_mean`` against each 
 aggregation (the gap), and clipped against naive ``token_mean`` (the ablation). No held-out
 score is involved: length is a training-batch statistic, nothing is tuned.
 
-Writes results/length_drift.json. Run: ``python benchmarks/bench_length_drift.py [--workers 2]``.
+Writes results/length_drift.json. Run: ``python benchmarks/bench_length_drift.py [--workers 2]``
+(``--quick``: seed 0, 2 epochs, into a temporary folder).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing
 import statistics
-import sys
 import time
 
 import torch
-from _common import RESULTS_DIR, record_splits, save, setup
+from _common import RESULTS_DIR, output_dir, parse_args, record_splits, save, setup
 
 from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.dedup_task import dedup_exact_reward
@@ -38,8 +36,10 @@ from pgrl_helpers.history import per_epoch
 from pgrl_helpers.seed_stats import compare_seeds
 from pgrl_helpers.training import run_policy_gradient
 
+NAME = "length_drift"
 SEEDS = tuple(range(10))
 EPOCHS = 12  # notebook 08's DRIFT_EPOCHS
+QUICK_EPOCHS = 2
 #: name -> (loss_aggregation, loss_mode)
 SETTINGS = {
     "sequence_mean": ("sequence_mean", "clipped"),
@@ -78,12 +78,13 @@ CONFIG = dict(
 )
 
 
-def run(name: str, seed: int) -> dict:
+def run(name: str, seed: int, epochs: int = EPOCHS) -> dict:
     torch.set_num_threads(1)
     aggregation, loss_mode = SETTINGS[name]
     c0 = time.process_time()
+    sizes = dict(num_epochs=epochs, eval_every=epochs)
     config = TrainConfig(
-        **(CONFIG | dict(loss_aggregation=aggregation, loss_mode=loss_mode, seed=seed))
+        **(CONFIG | sizes | dict(loss_aggregation=aggregation, loss_mode=loss_mode, seed=seed))
     )
     history = run_policy_gradient(config)
     lengths = per_epoch(history, "response_length")
@@ -106,17 +107,15 @@ def no_splits(payload: dict) -> dict:
     return payload
 
 
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--section", action="store_true", help="print the RESULTS.md section")
-    args = parser.parse_args(argv)
-    if args.section:
-        print(results_section(json.loads((RESULTS_DIR / "length_drift.json").read_text())))
-        return
+def main(quick: bool = False, seeds=None, out_dir=RESULTS_DIR, *, workers: int = 2) -> dict:
+    """Every setting on every seed (default ``SEEDS``; ``quick``: seed 0, ``QUICK_EPOCHS``
+    epochs), ``workers`` processes."""
+    out_dir = output_dir(out_dir, quick)
     setup()
-    jobs = [(name, seed) for name in SETTINGS for seed in SEEDS]
-    with multiprocessing.get_context("spawn").Pool(args.workers) as pool:
+    seeds = tuple(seeds) if seeds else ((0,) if quick else SEEDS)
+    epochs = QUICK_EPOCHS if quick else EPOCHS
+    jobs = [(name, seed, epochs) for name in SETTINGS for seed in seeds]
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
         runs = pool.starmap(run, jobs)
     first = {n: [r["length_per_epoch"][0] for r in runs if r["setting"] == n] for n in SETTINGS}
     last = {n: [r["length_per_epoch"][-1] for r in runs if r["setting"] == n] for n in SETTINGS}
@@ -143,7 +142,7 @@ def main(argv: list[str]) -> None:
     summary = {
         n: {
             "grew": sum(b > a for a, b in zip(first[n], last[n])),
-            "seeds": len(SEEDS),
+            "seeds": len(seeds),
             "median_first": statistics.median(first[n]),
             "median_last": statistics.median(last[n]),
             "median_change": statistics.median(change[n]),
@@ -153,16 +152,16 @@ def main(argv: list[str]) -> None:
     }
     for c in comparisons:
         print(c)
-    save(
-        "length_drift",
+    return save(
+        NAME,
         no_splits(
             {
                 "config": {k: (v if not callable(v) else v.__name__) for k, v in CONFIG.items()},
                 "settings": {
                     n: {"loss_aggregation": a, "loss_mode": m} for n, (a, m) in SETTINGS.items()
                 },
-                "seeds": list(SEEDS),
-                "epochs": EPOCHS,
+                "seeds": list(seeds),
+                "epochs": epochs,
                 "held_out_scores": "none (length is a training-batch statistic; nothing is tuned)",
                 "summary": summary,
                 "comparisons": comparisons,
@@ -170,11 +169,16 @@ def main(argv: list[str]) -> None:
                 "runs": runs,
             }
         ),
+        out_dir,
     )
 
 
-def results_section(payload: dict) -> str:
-    """The benchmarks/RESULTS.md section for a saved length_drift.json."""
+def add_options(parser) -> None:
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+
+
+def section(payload: dict, results_dir=RESULTS_DIR) -> str:
+    """Response length at epoch 0 and at the end per aggregation, and the comparisons."""
     c, s = payload["config"], payload["summary"]
     rows = [
         f"| {n} | {x['grew']}/{x['seeds']} | {x['median_first']:.2f} | {x['median_last']:.2f} | "
@@ -214,10 +218,9 @@ def results_section(payload: dict) -> str:
             "| kind | a | b | median a | median b | p | verdict |",
             "|---|---|---|---|---|---|---|",
             *comparisons,
-            "",
         ]
     )
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(**parse_args(add_options))

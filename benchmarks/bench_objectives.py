@@ -1,4 +1,4 @@
-"""Leaderboard of the 2025 objective family on the autoregressive sort-dedup task (issue 15).
+"""Leaderboard of the 2025 objective family on the autoregressive sort-dedup task.
 
 GRPO, Dr. GRPO, DAPO, GSPO, CISPO, RLOO and REINFORCE++ (each a ``TrainConfig`` of the same
 loop), 5 seeds each, on prompts of length 4 with values 0-5. The loop holds out 10 + 10 sets
@@ -24,20 +24,33 @@ lower edge (3e-3) was chosen for every objective: lower rates were not tried (``
 --lr LR`` adds one). Wall times are measured on a shared 2-core CPU (load averages
 saved with the results) and are only comparable within one run; CPU seconds are saved too. The
 leaderboard runs stop at the target or at ``MAX_EPOCHS`` = 150 (the tuning runs had 60).
+
+    python benchmarks/bench_objectives.py                     (every objective, one process)
+    python benchmarks/bench_objectives.py --part a --objectives GRPO DAPO   (objectives_a.json)
+    python benchmarks/bench_objectives.py --part a --seeds 3 --objectives GRPO   (one seed)
+    python benchmarks/bench_objectives.py --merge a b         (the parts into objectives.json)
+    python benchmarks/bench_objectives.py --tune a --objectives GRPO DAPO   (tuning runs first)
+    python benchmarks/bench_objectives.py --tune c --lr 0.001 (one more lr for every objective)
+    python benchmarks/bench_objectives.py --relabel           (labels, splits, p-values again)
+    python benchmarks/bench_objectives.py --quick   (tiny tuning and leaderboard, temporary folder)
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
-import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from _common import (
     RESULTS_DIR,
     loop_splits,
     markdown_table,
+    output_dir,
+    parse_args,
+    record_file_splits,
     record_splits,
     save,
     setup,
@@ -47,15 +60,18 @@ from _common import (
 from pgrl_helpers.collapse import ENTROPY_THRESHOLD, TAIL_EPOCHS, is_collapsed
 from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.history import per_epoch
+from pgrl_helpers.recipes import RECIPES
 from pgrl_helpers.seed_stats import compare_seeds, permutation_p_value
 from pgrl_helpers.training import heldout_split, run_policy_gradient
 
+NAME = "objectives"
 SEEDS = (0, 1, 2, 3, 4)
 TARGET = 0.95
 MAX_EPOCHS = 150
 TUNING_EPOCHS = 60
 TUNING_LRS = (3e-3, 1e-2)
 TUNING_SEED = 100
+QUICK_EPOCHS = 1  # a quick run: tuning and leaderboard runs of 1 epoch, leaderboard seed 0
 
 BASE = TrainConfig(
     model="autoregressive", task="sort_dedup", prompt_source="random", prompt_length=4,
@@ -66,16 +82,13 @@ BASE = TrainConfig(
     num_eval_prompts=10, overlong_buffer=1,  # 10 + 10 held-out sets of values (of 56)
 )  # fmt: skip
 
-#: name -> the fields that differ from BASE (the paper's / TRL's recommended settings).
+#: name -> the fields that differ from BASE (the paper's / TRL's recommended settings): each
+#: method's recipe (``pgrl_helpers.recipes.RECIPES``) less the fields BASE already sets so.
 OBJECTIVES: dict[str, dict] = {
-    "GRPO": {"loss_aggregation": "sequence_mean"},
-    "Dr. GRPO": {"deltas_mode": "centered_rewards", "loss_aggregation": "constant_normalizer"},
-    "DAPO": {"epsilon_high": 0.28, "batch_filter": "dapo", "dynamic_sampling_max_draws": 3},
-    "GSPO": {"policy_objective": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4,
-             "loss_aggregation": "sequence_mean"},
-    "CISPO": {"loss_mode": "cispo", "epsilon": 1.0, "epsilon_high": 4.0},
-    "RLOO": {"deltas_mode": "loo_rewards"},
-    "REINFORCE++": {"deltas_mode": "reinforce_pp_baseline"},
+    title: {field: value for field, value in RECIPES[name].items() if getattr(BASE, field) != value}
+    for title, name in (("GRPO", "grpo"), ("Dr. GRPO", "dr_grpo"), ("DAPO", "dapo"),
+                        ("GSPO", "gspo"), ("CISPO", "cispo"), ("RLOO", "rloo"),
+                        ("REINFORCE++", "reinforce_pp"))
 }  # fmt: skip
 
 
@@ -126,28 +139,34 @@ def run(config: TrainConfig) -> dict:
     }
 
 
-def tune(names: list[str], part: str, lrs: tuple[float, ...] = TUNING_LRS) -> None:
+def run_tuning(
+    names: list[str],
+    part: str,
+    lrs: tuple[float, ...] = TUNING_LRS,
+    out_dir=RESULTS_DIR,
+    epochs: int = TUNING_EPOCHS,
+) -> dict:
     """Each objective at every lr of ``lrs`` on ``TUNING_SEED``; saved as objectives_tuning_<part>."""
     setup()
     runs = {}
     for name in names:
         runs[name] = []
         for lr in lrs:
-            config = replace(BASE, seed=TUNING_SEED, learning_rate=lr, num_epochs=TUNING_EPOCHS)
+            config = replace(BASE, seed=TUNING_SEED, learning_rate=lr, num_epochs=epochs)
             r = run(replace(config, **OBJECTIVES[name]))
             for key in ("curve", "validation_curve", "entropy", "entropy_epochs", "splits"):
                 r.pop(key)
             runs[name].append(r)
             print(f"tune {name} lr {lr:g}: validation {r['validation_exact']:.2f} "
                   f"({r['cpu_seconds']:.0f} CPU s)", flush=True)  # fmt: skip
-    save(f"objectives_tuning_{part}", {"lrs": list(lrs), "seed": TUNING_SEED,
-                                       "epochs": TUNING_EPOCHS, "runs": runs})  # fmt: skip
+    return save(f"objectives_tuning_{part}", {"lrs": list(lrs), "seed": TUNING_SEED,
+                                              "epochs": epochs, "runs": runs}, out_dir)  # fmt: skip
 
 
-def chosen_learning_rates() -> dict[str, float]:
+def chosen_learning_rates(out_dir=RESULTS_DIR) -> dict[str, float]:
     """name -> the tuned lr: best final validation exact, then fewer responses, then reward."""
     runs = {}
-    for path in sorted(RESULTS_DIR.glob("objectives_tuning_*.json")):
+    for path in sorted(Path(out_dir).glob("objectives_tuning_*.json")):
         for name, rs in json.loads(path.read_text())["runs"].items():
             runs.setdefault(name, []).extend(rs)  # the lrs of every tuning file
 
@@ -177,16 +196,44 @@ def summarise(name: str, runs: list[dict]) -> dict:
     }
 
 
-def main(names: list[str], part: str | None = None, seeds=SEEDS) -> None:
-    """Run ``names`` (all by default); ``part`` saves to objectives_<part>.json for ``merge``."""
+def main(
+    quick: bool = False,
+    seeds=None,
+    out_dir=RESULTS_DIR,
+    *,
+    objectives=None,
+    part: str | None = None,
+    merge: list[str] | None = None,
+    tune: str | None = None,
+    lr: float | None = None,
+    relabel: bool = False,
+) -> dict:
+    """The leaderboard: ``objectives`` (all by default) at their tuned lr on ``seeds`` (default
+    ``SEEDS``); ``part`` saves to objectives_<part>.json for ``merge``. ``tune``: the tuning
+    runs instead, saved as objectives_tuning_<tune>.json (``lr``: that one rate). ``relabel``:
+    recompute labels, splits and table of out_dir/objectives.json. ``quick``: tuning and
+    leaderboard of ``QUICK_EPOCHS`` epochs each, seed 0, into a temporary folder."""
+    names = list(objectives or OBJECTIVES)
+    if merge:
+        return merge_parts(merge, out_dir)
+    if relabel:
+        return relabel_stored(out_dir)
+    out_dir = output_dir(out_dir, quick)
+    epochs = QUICK_EPOCHS if quick else None
+    if tune is not None:
+        lrs = TUNING_LRS if lr is None else (lr,)
+        return run_tuning(names, tune, lrs, out_dir, epochs or TUNING_EPOCHS)
+    if quick:
+        run_tuning(names, "quick", TUNING_LRS, out_dir, QUICK_EPOCHS)
     setup()
-    lrs = chosen_learning_rates()
+    seeds = tuple(seeds) if seeds else ((0,) if quick else SEEDS)
+    lrs = chosen_learning_rates(out_dir)
     results, summary = {}, []
     for name in names:
         runs = []
         for seed in seeds:
             config = replace(BASE, seed=seed, learning_rate=lrs[name], **OBJECTIVES[name])
-            runs.append(run(config))
+            runs.append(run(replace(config, num_epochs=epochs or config.num_epochs)))
             r = runs[-1]
             print(f"{name} seed {seed}: reached={r['reached']} test exact "
                   f"{r['test_exact']:.3f} entropy {r['final_entropy']:.3f} "
@@ -194,12 +241,22 @@ def main(names: list[str], part: str | None = None, seeds=SEEDS) -> None:
         results[name] = runs
         summary.append(summarise(name, runs))
     if part is not None:
-        save(f"objectives_{part}", {"summary": summary, "runs": results})
-        return
-    write(summary, results, None)
+        return save(f"objectives_{part}", {"summary": summary, "runs": results}, out_dir)
+    return write(summary, results, None, out_dir, seeds, epochs or MAX_EPOCHS)
 
 
-def leaderboard_table(summary: list[dict], results: dict) -> tuple[str, dict]:
+def add_options(parser) -> None:
+    parser.add_argument("--objectives", nargs="+", metavar="NAME", help="default: all")
+    parser.add_argument("--part", help="save as objectives_<part>.json (for --merge)")
+    parser.add_argument("--merge", nargs="+", metavar="PART", help="combine parts")
+    parser.add_argument("--tune", metavar="PART", help="tuning runs, objectives_tuning_<PART>")
+    parser.add_argument("--lr", type=float, help="with --tune: this learning rate only")
+    parser.add_argument("--relabel", action="store_true", help="labels etc. from stored curves")
+
+
+def leaderboard_table(
+    summary: list[dict], results: dict, num_seeds: int = len(SEEDS)
+) -> tuple[str, dict]:
     """The markdown leaderboard and each objective's test-exact p-value against GRPO."""
     headers = ["objective", "lr (tuned)", f"seeds reaching {TARGET:.0%}", "responses to target (median)",
                "s to target (median)", "test exact median", "test exact worst seed",
@@ -211,24 +268,32 @@ def leaderboard_table(summary: list[dict], results: dict) -> tuple[str, dict]:
     def fmt(x, spec):
         return "-" if x is None else format(x, spec)
 
-    rows = [[s["objective"], f"{s['learning_rate']:g}", f"{s['seeds_reached']}/{len(SEEDS)}",
+    rows = [[s["objective"], f"{s['learning_rate']:g}", f"{s['seeds_reached']}/{num_seeds}",
              fmt(s["median_responses_to_target"], ".0f"), fmt(s["median_seconds_to_target"], ".1f"),
              f"{s['median_test_exact']:.3f}", f"{s['worst_test_exact']:.3f}",
              "-" if s["objective"] == "GRPO" else f"{p_values[s['objective']]:.3f}",
-             f"{s['median_final_entropy']:.3f}", f"{s['collapsed']}/{len(SEEDS)}"]
+             f"{s['median_final_entropy']:.3f}", f"{s['collapsed']}/{num_seeds}"]
             for s in summary]  # fmt: skip
     return markdown_table(headers, rows), p_values
 
 
-def write(summary: list[dict], results: dict, part_loads) -> None:
-    """The leaderboard table, printed and saved with everything to results/objectives.json."""
-    table, p_values = leaderboard_table(summary, results)
+def write(
+    summary: list[dict],
+    results: dict,
+    part_loads,
+    out_dir=RESULTS_DIR,
+    seeds=SEEDS,
+    max_epochs: int = MAX_EPOCHS,
+) -> dict:
+    """The leaderboard table, printed and saved with everything to out_dir/objectives.json."""
+    table, p_values = leaderboard_table(summary, results, len(seeds))
     print(table)
     fields = {f: getattr(BASE, f) for f in ("prompt_length", "vocab_size", "max_response_length",
               "num_responses", "prompts_per_epoch", "num_steps_per_epoch", "learning_rate",
               "entropy_coef", "num_eval_prompts")}  # fmt: skip
     tuning = {"lrs": list(TUNING_LRS), "seed": TUNING_SEED, "epochs": TUNING_EPOCHS,
-              "chosen": chosen_learning_rates(), "selected_by": "final validation exact"}  # fmt: skip
+              "chosen": chosen_learning_rates(out_dir),
+              "selected_by": "final validation exact"}  # fmt: skip
     shared_keys = next(iter(results.values()))[0]["splits"]
     for rs in results.values():
         for r in rs:
@@ -239,7 +304,7 @@ def write(summary: list[dict], results: dict, part_loads) -> None:
     if len(set(chosen.values())) == 1 and min(chosen.values()) == min(TUNING_LRS):
         caveats.append(f"The tuning grid's lower edge ({min(TUNING_LRS):g}) was chosen for every "
                        "objective: lower rates were not tried.")  # fmt: skip
-    save("objectives", {"target": TARGET, "max_epochs": MAX_EPOCHS, "seeds": list(SEEDS),
+    return save(NAME, {"target": TARGET, "max_epochs": max_epochs, "seeds": list(seeds),
                         "caveats": caveats,
                         "tuning": tuning, "split_keys": shared_keys,
                         "splits": record_splits({}, validation=splits["validation"],
@@ -251,15 +316,16 @@ def write(summary: list[dict], results: dict, part_loads) -> None:
                                           "validation_exact_below": TARGET},
                         "p_values_test_exact_vs_grpo": p_values,
                         "base": fields, "objectives": OBJECTIVES, "summary": summary,
-                        "table": table, "part_load_averages": part_loads, "runs": results})  # fmt: skip
+                        "table": table, "part_load_averages": part_loads, "runs": results},
+                out_dir)  # fmt: skip
 
 
-def merge(parts: list[str]) -> None:
+def merge_parts(parts: list[str], out_dir=RESULTS_DIR) -> dict:
     """Combine objectives_<part>.json files (runs split over processes, by objective or by
     seed) into objectives.json; the summary is recomputed from all runs of each objective."""
     runs, loads = {}, []
     for part in parts:
-        data = json.loads((RESULTS_DIR / f"objectives_{part}.json").read_text())
+        data = json.loads((Path(out_dir) / f"objectives_{part}.json").read_text())
         for name, part_runs in data["runs"].items():
             runs.setdefault(name, []).extend(part_runs)
         loads.append(data["machine"]["load_average_1_5_15_min"])
@@ -270,7 +336,8 @@ def merge(parts: list[str]) -> None:
             name,
             [r["seed"] for r in runs[name]],
         )
-    write([summarise(name, runs[name]) for name in order], {n: runs[n] for n in order}, loads)
+    summary = [summarise(name, runs[name]) for name in order]
+    return write(summary, {n: runs[n] for n in order}, loads, out_dir)
 
 
 LEADERBOARD_RECIPE = (
@@ -279,58 +346,31 @@ LEADERBOARD_RECIPE = (
 )
 
 
-def record_file_splits(
-    stem: str,
-    config: TrainConfig,
-    benchmark: str,
-    recipe: str,
-    no_test_reason: str | None = None,
-) -> dict:
-    """Give results/<stem>.json the ``_common.record_splits`` record of the loop's split for
-    ``config`` (issue 27). With ``no_test_reason`` the file keeps no test score: the runs'
-    test values (the loop computes them) are dropped and the record has no test split."""
-    path = RESULTS_DIR / f"{stem}.json"
-    payload = json.loads(path.read_text())
-    if isinstance(payload.get("splits"), dict) and "validation" in payload["splits"]:
-        if "keys" in payload["splits"]["validation"]:
-            payload["split_keys"] = payload.pop("splits")
-    for key in ("test_scored_by", "test_guided_choice"):
-        payload.pop(key, None)
-    splits = loop_splits(config, benchmark)
-    test = splits["test"] if no_test_reason is None else None
-    if no_test_reason is not None:
-        for runs in payload["runs"].values():
-            for r in runs:
-                r.pop("test_exact", None)
-    record_splits(payload, validation=splits["validation"], test=test, recipe=recipe,
-                  benchmark=benchmark)  # fmt: skip
-    if no_test_reason is not None:
-        payload["splits"]["no_test_reason"] = no_test_reason
-    path.write_text(json.dumps(payload, indent=2) + "\n")
-    return payload
-
-
-def record_all_splits() -> None:
-    """Split records for the files of bench_objectives (leaderboard and tuning)."""
-    record_file_splits("objectives", BASE, "bench_objectives.py", LEADERBOARD_RECIPE)
-    for part in ("a", "b"):
+def record_all_splits(out_dir=RESULTS_DIR) -> dict:
+    """Split records for the files of bench_objectives (leaderboard and tuning); returns the
+    leaderboard's."""
+    out_dir = Path(out_dir)
+    path = out_dir / f"{NAME}.json"
+    leaderboard = record_file_splits(path, BASE, "bench_objectives.py", LEADERBOARD_RECIPE)
+    for tuning in sorted(out_dir.glob("objectives_tuning_*.json")):
         record_file_splits(
-            f"objectives_tuning_{part}",
+            tuning,
             BASE,
             "bench_objectives.py",
             "bench_objectives.py tuning runs (seed 100, chosen by validation exact)",
             no_test_reason="tuning read validation only; the loop's test scores of these runs "
             "are not kept in this file",
         )
+    return leaderboard
 
 
-def relabel() -> None:
+def relabel_stored(out_dir=RESULTS_DIR) -> dict:
     """Labels, splits, p-values and table of objectives.json from its stored curves, no training.
 
     The leaderboard of 2026-12-02 logged entropy at each evaluation (every 5 epochs, the
     epoch's last optimizer step), not every epoch: ``is_collapsed`` gets those values with
     their epochs (``entropy_epochs``) and averages the ones logged in the last 5 epochs."""
-    path = RESULTS_DIR / "objectives.json"
+    path = Path(out_dir) / f"{NAME}.json"
     payload = json.loads(path.read_text())
     every = BASE.eval_every
     for name, runs in payload["runs"].items():
@@ -375,19 +415,26 @@ def relabel() -> None:
     payload["relabelled_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     payload["caveats"] = [
         "REINFORCE++ ran before commit ca3af5e changed REINFORCE++-baseline whitening to the "
-        "batch's masked tokens (issue 28); its row is the earlier per-response whitening.",
+        "batch's masked tokens; its row is the earlier per-response whitening.",
         "The tuning grid's lower edge (0.003) was chosen for every objective: lower rates were "
         "not tried.",
     ]
     path.write_text(json.dumps(payload, indent=2) + "\n")
-    record_all_splits()
     print(payload["table"])
+    return record_all_splits(out_dir)
 
 
-def results_section() -> str:
-    """RESULTS.md's section 11, from results/objectives.json (``--section`` prints it)."""
-    r = json.loads((RESULTS_DIR / "objectives.json").read_text())
+def exponent(x: float) -> str:
+    """3e-4 for 0.0003: the way the papers write these clip ranges."""
+    return f"{x:.0e}".replace("e-0", "e-")
+
+
+def section(r: dict, results_dir=RESULTS_DIR) -> str:
+    """The leaderboard, its settings and tuning budget, and every difference from GRPO."""
     runs, b = r["runs"], r["base"]
+    o, rule = r["objectives"], r["collapse_rule"]
+    seeds = len(r["seeds"])
+    sets = sum(math.comb(b["vocab_size"], k) for k in range(1, b["prompt_length"] + 1))
     chosen = ", ".join(f"{k} {v:g}" for k, v in r["tuning"]["chosen"].items())
     n_runs = sum(map(len, runs.values()))
     reached = sum(x["reached"] for rs in runs.values() for x in rs)
@@ -406,7 +453,7 @@ def results_section() -> str:
     cpu = sum(x["cpu_seconds"] for rs in runs.values() for x in rs)
     return "\n".join(
         [
-            "## 11. The 2025-26 objective family on the autoregressive task (`bench_objectives.py`, "
+            "## The 2025-26 objective family on the autoregressive task (`bench_objectives.py`, "
             "notebook 11)",
             "",
             f"Sort-dedup with the autoregressive policy (prompt length {b['prompt_length']}, values "
@@ -414,19 +461,24 @@ def results_section() -> str:
             f"{b['num_responses']}, {b['prompts_per_epoch']} prompts per epoch, "
             f"{b['num_steps_per_epoch']} optimizer steps per epoch, entropy bonus {b['entropy_coef']}; "
             f"seeds {', '.join(map(str, r['seeds']))}; at most {r['max_epochs']} epochs. Held out **by "
-            f"content** (a prompt's key is its set of distinct values, 56 possible): "
+            f"content** (a prompt's key is its set of distinct values, {sets} possible): "
             f"{b['num_eval_prompts']} validation prompts decide the stop (greedy exact >= "
-            f"{r['target']:.0%}, checked every 5 epochs), {b['num_eval_prompts']} test prompts with "
+            f"{r['target']:.0%}, checked every {BASE.eval_every} epochs), {b['num_eval_prompts']} "
+            "test prompts with "
             "other sets of values are what the table reports; no training prompt had a held-out key "
             "(asserted per run). Each objective at its paper's / TRL's recommended settings (GSPO "
-            "epsilon 3e-4 / 4e-4 and sequence mean; CISPO no lower clip, weight cap 5; DAPO "
-            "clip-higher 0.28 + overlong shaping + dynamic sampling refilling the batch with up to 3 "
-            "extra draws + token mean). **Tuning budget:** learning rate from "
+            f"epsilon {exponent(o['GSPO']['epsilon'])} / {exponent(o['GSPO']['epsilon_high'])} "
+            "and sequence mean; CISPO no lower clip, weight cap "
+            f"{1 + o['CISPO']['epsilon_high']:g}; DAPO clip-higher {o['DAPO']['epsilon_high']:g} + "
+            "overlong shaping + dynamic sampling refilling the batch with up to "
+            f"{o['DAPO']['dynamic_sampling_max_draws']} extra draws + token mean). **Tuning "
+            "budget:** learning rate from "
             f"{r['tuning']['lrs']} on one tuning seed ({r['tuning']['seed']}, not a leaderboard seed) "
             f"trained {r['tuning']['epochs']} epochs, chosen by final validation exact: {chosen}. "
             '"Responses to target" counts every sampled response (DAPO\'s resampled ones included); '
             '"collapsed": `pgrl_helpers.collapse.is_collapsed`, the course\'s one rule (mean token '
-            "entropy of the last 5 epochs below 0.1 nats and final *validation* exact below the "
+            f"entropy of the last {rule['entropy_mean_of_last_epochs']} epochs below "
+            f"{rule['entropy_below_nats']} nats and final *validation* exact below the "
             "target; a run that reached the target is never collapsed; the test set is never read"
             + (
                 "; this run logged entropy every 5 epochs, so the rule reads the value logged in "
@@ -435,48 +487,26 @@ def results_section() -> str:
                 else "). "
             )
             + "The test split scores each objective once per run and chooses nothing. "
-            f"Leaderboard CPU: {cpu:.0f} s. Wall times come from a shared 2-core CPU (load averages "
+            f"Leaderboard CPU: {cpu:.0f} s. Wall times come from a shared "
+            f"{r['machine']['logical_cores']}-core CPU (load averages "
             f"at the end of the worker processes: {r['part_load_averages']}): compare only within "
             "this table.",
             "",
             r["table"],
             "",
             f"{reached} of {n_runs} runs reached the validation target. Differences from GRPO (exact "
-            "two-sided permutation test on the 5 + 5 seed means; a run that never reached the target "
+            f"two-sided permutation test on the {seeds} + {seeds} seed means; a run that never "
+            "reached the target "
             "counts its whole budget as its responses; notebook 11 prints the same): p < 0.05: "
             f"{'; '.join(beyond) or 'none'}. Within seed noise: {'; '.join(within)}. These are "
             f"{len(beyond) + len(within)} tests: with a Bonferroni correction the threshold is "
-            f"{0.05 / (len(beyond) + len(within)):.4f}, below the smallest p that 5 + 5 seeds can "
-            "give (2/252 = 0.0079), so no single difference here survives it.",
-            "",
-            *(f"*Caveat:* {c}" for c in r.get("caveats", [])),
-            "",
+            f"{0.05 / (len(beyond) + len(within)):.4f}, below the smallest p that {seeds} + "
+            f"{seeds} seeds can give (2/{math.comb(2 * seeds, seeds)} = "
+            f"{2 / math.comb(2 * seeds, seeds):.4f}), so no single difference here survives it.",
+            *(f"\n*Caveat:* {c}" for c in r.get("caveats", [])),
         ]
     )
 
 
 if __name__ == "__main__":
-    # usage: bench_objectives.py                    (every objective, one process)
-    #        bench_objectives.py --part a GRPO DAPO (a subset, saved as objectives_a.json)
-    #        bench_objectives.py --merge a b        (combine the parts into objectives.json)
-    #        bench_objectives.py --tune a GRPO DAPO (tuning runs first, objectives_tuning_a.json)
-    #        bench_objectives.py --tune c --lr 0.001  (one more lr for every objective)
-    #        bench_objectives.py --section          (print RESULTS.md's section from the JSON)
-    #        bench_objectives.py --relabel          (labels, splits, p-values from the stored curves)
-    args = sys.argv[1:]
-    if args[:1] == ["--section"]:
-        print(results_section())
-    elif args[:1] == ["--relabel"]:
-        relabel()
-    elif args[:1] == ["--tune"] and args[2:3] == ["--lr"]:  # --tune PART --lr LR objective...
-        tune(args[4:] or list(OBJECTIVES), args[1], (float(args[3]),))
-    elif args[:1] == ["--tune"]:
-        tune(args[2:] or list(OBJECTIVES), args[1])
-    elif args[:1] == ["--merge"]:
-        merge(args[1:])
-    elif args[:1] == ["--part"] and args[2:3] == ["--seed"]:  # --part NAME --seed S objective
-        main(args[4:], part=args[1], seeds=(int(args[3]),))
-    elif args[:1] == ["--part"]:
-        main(args[2:], part=args[1])
-    else:
-        main(args or list(OBJECTIVES))
+    main(**parse_args(add_options))

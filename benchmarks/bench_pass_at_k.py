@@ -10,12 +10,12 @@ the per-problem correct counts c. pass@k is Chen et al. 2021 (arXiv 2107.03374) 
 out by content from both SFT and RL, and scored once per seed, after training.
 
     nice -n 10 .venv/bin/python benchmarks/bench_pass_at_k.py --jobs 5   # 5 seeds in parallel
+    .venv/bin/python benchmarks/bench_pass_at_k.py --quick   # the tiny checkpoint, n = 4, 2 steps
 Writes benchmarks/results/pass_at_k.json (after every seed, so a partial run keeps its seeds).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -28,12 +28,16 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scale"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import record_splits  # noqa: E402
+from _common import RESULTS_DIR, output_dir, parse_args, record_splits  # noqa: E402
 
 from pgrl_helpers import checkpoint as ck  # noqa: E402
 from pgrl_helpers.seed_stats import compare_seeds  # noqa: E402
 
-OUT = ROOT / "benchmarks" / "results" / "pass_at_k.json"
+NAME = "pass_at_k"
+SEEDS = (0, 1, 2, 3, 4)
+WORKDIR = ROOT / ".cache" / "pgrl" / "bench_pass_at_k"
+#: A quick run: the seconds-long tiny checkpoint, 4 samples per problem, 2 RL steps, seed 0.
+QUICK = dict(config="tiny", n=4, steps=2)
 KS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 REGIONS = ("in", "longer", "unseen")
 #: RL recipe: lr chosen on validation (1e-4 vs 3e-4 on seed 0's checkpoint; 1e-3 and training on
@@ -173,14 +177,15 @@ def split_record(name: str, splits: dict) -> dict:
     }
 
 
-def results_section(r: dict) -> str:
-    """The RESULTS.md section (bench_9_report.py): pass@1 and pass@n before and after RL."""
+def section(r: dict, results_dir=RESULTS_DIR) -> str:
+    """pass@1, pass@16 and pass@n before and after RL, per region, over the seeds."""
     n, seeds = r["n"], r["seeds"]
+    region_in = r["recipe"]["regions"]["in"].split(" (")[0]
     lines = [
-        "## pass@k before and after RL (notebook 14)",
+        "## pass@k before and after RL (`bench_pass_at_k.py`, notebook 14)",
         "",
-        f"`bench_pass_at_k.py`: per seed, the SFT checkpoint ("
-        f"{r['recipe']['checkpoint']['sft_steps']} SFT steps on lists of length 2-4, values 0-5), "
+        f"Per seed, the SFT checkpoint ("
+        f"{r['recipe']['checkpoint']['sft_steps']} SFT steps on lists of {region_in}), "
         f"then GRPO with TRL ({r['recipe']['rl']['max_steps']} steps, lr "
         f"{r['recipe']['rl']['learning_rate']:g}, RL prompts from the SFT region; validation "
         f"picks the stop), scored once on {r['recipe']['test_problems_per_region']['in']} held-out "
@@ -200,9 +205,10 @@ def results_section(r: dict) -> str:
     verdicts = {c["verdict"] for by_k in (r["comparisons"] or {}).values() for c in by_k.values()}
     lines += [
         "",
-        f"Verdicts: {', '.join(sorted(verdicts))}. Recipe selection: {r['recipe'].get('selection')}",
+        f"Verdicts: {', '.join(sorted(verdicts)) or 'none (one seed)'}. Recipe selection: "
+        f"{r['recipe'].get('selection')}",
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
 
 
 def _one_thread() -> None:
@@ -211,39 +217,46 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    p.add_argument("--jobs", type=int, default=1, help="seeds run in parallel processes")
-    p.add_argument("--n", type=int, default=256, help="samples per test problem")
-    p.add_argument("--steps", type=int, default=RL_ARGS["max_steps"])
-    p.add_argument("--workdir", default=str(ROOT / ".cache" / "pgrl" / "bench_pass_at_k"))
-    p.add_argument("--out", default=str(OUT))
-    p.add_argument(
-        "--config",
-        choices=("full", "quick", "tiny"),
-        default="full",
-        help="checkpoint size (tiny: the seconds-long smoke test)",
-    )
-    args = p.parse_args(argv)
+def main(
+    quick: bool = False,
+    seeds=None,
+    out_dir=RESULTS_DIR,
+    *,
+    jobs: int = 1,
+    n: int = 256,
+    steps: int = RL_ARGS["max_steps"],
+    workdir=WORKDIR,
+    checkpoint: str = "full",
+) -> dict:
+    """Every seed (default ``SEEDS``): checkpoint, pass@k, RL, pass@k; ``jobs`` seeds at a time.
+    ``n`` samples per test problem, ``steps`` RL steps, ``checkpoint`` the SFT size (full,
+    quick or tiny); ``quick``: ``QUICK`` (tiny checkpoint, n 4, 2 steps), seed 0, its work
+    folder inside the temporary output folder."""
     import torch
 
+    out_dir = output_dir(out_dir, quick)
     torch.set_num_threads(1)
+    seeds = list(seeds) if seeds else ([0] if quick else list(SEEDS))
+    if quick:
+        checkpoint, n, steps, workdir = (
+            QUICK["config"],
+            QUICK["n"],
+            QUICK["steps"],
+            out_dir / "work",
+        )
     splits = ck.make_splits()
-    config = {"full": ck.FULL, "quick": ck.QUICK, "tiny": ck.TINY}[args.config]
+    config = {"full": ck.FULL, "quick": ck.QUICK, "tiny": ck.TINY}[checkpoint]
     per_seed = []
-    if args.jobs > 1:  # one process per seed, one torch thread each
+    if jobs > 1:  # one process per seed, one torch thread each
         import multiprocessing
 
-        with multiprocessing.get_context("spawn").Pool(args.jobs, initializer=_one_thread) as pool:
-            done = pool.starmap(
-                run_seed, [(s, args.n, args.steps, Path(args.workdir), config) for s in args.seeds]
-            )
-    for i, seed in enumerate(args.seeds):
-        if args.jobs > 1:
+        with multiprocessing.get_context("spawn").Pool(jobs, initializer=_one_thread) as pool:
+            done = pool.starmap(run_seed, [(s, n, steps, Path(workdir), config) for s in seeds])
+    for i, seed in enumerate(seeds):
+        if jobs > 1:
             per_seed.append(done[i])
         else:
-            per_seed.append(run_seed(seed, args.n, args.steps, Path(args.workdir), config))
+            per_seed.append(run_seed(seed, n, steps, Path(workdir), config))
         s = per_seed[-1]
         print(
             f"seed {seed}: "
@@ -257,12 +270,12 @@ def main(argv=None) -> None:
         )
         payload = {
             "what": __doc__.split("\n\n")[1],
-            "ks": [k for k in KS if k <= args.n],
-            "n": args.n,
+            "ks": [k for k in KS if k <= n],
+            "n": n,
             "seeds": [s["seed"] for s in per_seed],
             "recipe": {
                 "checkpoint": dataclasses.asdict(config),
-                "rl": dict(RL_ARGS, max_steps=args.steps),
+                "rl": dict(RL_ARGS, max_steps=steps),
                 "sampling": "temperature 1.0, no top-k / top-p, max 8 new tokens",
                 "regions": {
                     "in": "length 2-4, values 0-5 (SFT and RL train on other multisets)",
@@ -274,7 +287,7 @@ def main(argv=None) -> None:
             },
             "per_seed": per_seed,
             "comparisons": summarize(per_seed) if len(per_seed) > 1 else None,
-            "machine": {"cores": os.cpu_count(), "torch_threads": 1, "jobs": args.jobs},
+            "machine": {"cores": os.cpu_count(), "torch_threads": 1, "jobs": jobs},
         }
         record_splits(
             payload,
@@ -285,10 +298,23 @@ def main(argv=None) -> None:
             guided_choice=GUIDED_CHOICE,
             benchmark="bench_pass_at_k.py",
         )
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(payload, indent=1) + "\n")
-    print(f"wrote {args.out}")
+        (out_dir / f"{NAME}.json").write_text(json.dumps(payload, indent=1) + "\n")
+    print(f"wrote {out_dir / f'{NAME}.json'}")
+    return payload
+
+
+def add_options(parser) -> None:
+    parser.add_argument("--jobs", type=int, default=1, help="seeds run in parallel processes")
+    parser.add_argument("--n", type=int, default=256, help="samples per test problem")
+    parser.add_argument("--steps", type=int, default=RL_ARGS["max_steps"], help="RL steps")
+    parser.add_argument("--workdir", type=Path, default=WORKDIR, help="checkpoints and RL runs")
+    parser.add_argument(
+        "--checkpoint",
+        choices=("full", "quick", "tiny"),
+        default="full",
+        help="checkpoint size (tiny: the seconds-long smoke test)",
+    )
 
 
 if __name__ == "__main__":
-    main()
+    main(**parse_args(add_options))

@@ -1,4 +1,4 @@
-"""PPO + GAE (a critic) vs GRPO vs RLOO on the autoregressive sort-dedup task (issue 14).
+"""PPO + GAE (a critic) vs GRPO vs RLOO on the autoregressive sort-dedup task (notebook 10).
 
 The same loop and policy; only the advantage estimator (and each method's own settings)
 differ. Task: bench_objectives' (prompts of length 4, values 0-5, at most 6 response
@@ -22,6 +22,10 @@ test exact, final token entropy. Runs go WORKERS at a time in parallel processes
 thread each), interleaved across methods, so wall times share the same load; CPU seconds
 (``time.process_time`` of the worker) depend less on the load. Both are recorded with the
 load averages at the start and end.
+
+    python benchmarks/bench_ppo_vs_grpo.py                 (tune, evaluate, save)
+    python benchmarks/bench_ppo_vs_grpo.py --resummarise   (tables again from the saved runs)
+    python benchmarks/bench_ppo_vs_grpo.py --quick         (1 tuning seed, 2 epochs per run)
 """
 
 from __future__ import annotations
@@ -30,10 +34,10 @@ import itertools
 import json
 import os
 import statistics
-import sys
 import time
 from dataclasses import replace
 from multiprocessing import Pool
+from pathlib import Path
 
 import torch
 from _common import (
@@ -41,6 +45,8 @@ from _common import (
     RESULTS_DIR,
     loop_splits,
     markdown_table,
+    output_dir,
+    parse_args,
     record_splits,
     save,
     setup,
@@ -50,12 +56,14 @@ from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.seed_stats import permutation_p_value
 from pgrl_helpers.training import run_policy_gradient
 
+NAME = "ppo_vs_grpo"
 SEEDS = (0, 1, 2, 3, 4)
 TUNING_SEEDS = (100, 101)
 LEARNING_RATES = (1e-3, 3e-3, 1e-2)
 TARGET = 0.8  # 8 of 10 (a first try, 95% in 50 epochs, was stopped: no tuning run reached it)
 MAX_EPOCHS = 70  # 70 x 16 prompts x G = 16: 17,920 responses at most
 WORKERS = 2
+QUICK_EPOCHS = 1  # a quick run: every run this long, one tuning seed, one seed
 
 BASE = TrainConfig(
     model="autoregressive", task="sort_dedup", prompt_source="random", prompt_length=4,
@@ -75,8 +83,9 @@ METHODS: dict[str, dict] = {
 }  # fmt: skip
 
 
-def config_for(name: str, learning_rate: float, seed: int) -> TrainConfig:
-    return replace(BASE, learning_rate=learning_rate, seed=seed, **METHODS[name])
+def config_for(name: str, learning_rate: float, seed: int, epochs: int = MAX_EPOCHS) -> TrainConfig:
+    config = replace(BASE, learning_rate=learning_rate, seed=seed, **METHODS[name])
+    return replace(config, num_epochs=epochs)
 
 
 def run(config: TrainConfig) -> dict:
@@ -104,10 +113,10 @@ def run(config: TrainConfig) -> dict:
     }
 
 
-def _job(job: tuple[str, float, int]) -> tuple[str, float, dict]:
-    name, lr, seed = job
+def _job(job: tuple[str, float, int, int]) -> tuple[str, float, dict]:
+    name, lr, seed, epochs = job
     torch.set_num_threads(NUM_THREADS)
-    result = run(config_for(name, lr, seed))
+    result = run(config_for(name, lr, seed, epochs))
     print(
         f"{name} lr={lr:g} seed {seed}: reached={result['reached']} "
         f"responses={result['responses_sampled']} validation={result['validation_exact']:.2f} "
@@ -118,13 +127,13 @@ def _job(job: tuple[str, float, int]) -> tuple[str, float, dict]:
     return name, lr, result
 
 
-def budget_responses() -> int:
-    return MAX_EPOCHS * BASE.prompts_per_epoch * BASE.num_responses
+def budget_responses(epochs: int = MAX_EPOCHS) -> int:
+    return epochs * BASE.prompts_per_epoch * BASE.num_responses
 
 
-def tuning_score(runs: list[dict]) -> tuple:
+def tuning_score(runs: list[dict], epochs: int = MAX_EPOCHS) -> tuple:
     """Higher is better: (seeds reaching, -mean responses to target, mean final validation)."""
-    responses = [r["responses_to_target"] or budget_responses() for r in runs]
+    responses = [r["responses_to_target"] or budget_responses(epochs) for r in runs]
     return (
         sum(r["reached"] for r in runs),
         -statistics.mean(responses),
@@ -153,7 +162,7 @@ def summarise(name: str, learning_rate: float, runs: list[dict]) -> dict:
     }
 
 
-def table(summary: list[dict]) -> str:
+def table(summary: list[dict], num_seeds: int = len(SEEDS), epochs: int = MAX_EPOCHS) -> str:
     def fmt(x, spec):
         return "-" if x is None else format(x, spec)
 
@@ -161,10 +170,10 @@ def table(summary: list[dict]) -> str:
                "median responses to target", "worst-seed responses to target",
                "median wall s to target", "median CPU s to target", "median test exact",
                "worst-seed test exact"]  # fmt: skip
-    rows = [[s["method"], f"{s['learning_rate']:g}", f"{s['seeds_reached']}/{len(SEEDS)}",
+    rows = [[s["method"], f"{s['learning_rate']:g}", f"{s['seeds_reached']}/{num_seeds}",
              fmt(s["median_responses_to_target"], ".0f"),
-             fmt(s["worst_responses_to_target"], ".0f") if s["seeds_reached"] == len(SEEDS)
-             else f"> {budget_responses()} (missed)",
+             fmt(s["worst_responses_to_target"], ".0f") if s["seeds_reached"] == num_seeds
+             else f"> {budget_responses(epochs)} (missed)",
              fmt(s["median_seconds_to_target"], ".1f"),
              fmt(s["median_cpu_seconds_to_target"], ".1f"),
              f"{s['median_test_exact']:.2f}", f"{s['worst_test_exact']:.2f}"]
@@ -172,19 +181,20 @@ def table(summary: list[dict]) -> str:
     return markdown_table(headers, rows)
 
 
-#: What the seed-noise comparison reads per run: a missed target counts the whole budget.
+#: What the seed-noise comparison reads per run (and the run length): a missed target counts
+#: the whole budget.
 COMPARED = {
-    "responses to target": lambda r: r["responses_to_target"] or budget_responses(),
-    "test exact": lambda r: r["test_exact"],
+    "responses to target": lambda r, epochs: r["responses_to_target"] or budget_responses(epochs),
+    "test exact": lambda r, epochs: r["test_exact"],
 }
 
 
-def comparisons(runs: dict[str, list[dict]]) -> list[dict]:
+def comparisons(runs: dict[str, list[dict]], epochs: int = MAX_EPOCHS) -> list[dict]:
     """Every pair of methods, per COMPARED metric: the means and the permutation p-value."""
     rows = []
     for (name_a, runs_a), (name_b, runs_b) in itertools.combinations(runs.items(), 2):
         for metric, read in COMPARED.items():
-            a, b = [read(r) for r in runs_a], [read(r) for r in runs_b]
+            a, b = [read(r, epochs) for r in runs_a], [read(r, epochs) for r in runs_b]
             rows.append({"a": name_a, "b": name_b, "metric": metric,
                          "mean_a": statistics.mean(a), "mean_b": statistics.mean(b),
                          "p_value": permutation_p_value(a, b)})  # fmt: skip
@@ -196,37 +206,46 @@ def run_jobs(jobs: list[tuple[str, float, int]]) -> list[tuple[str, float, dict]
         return list(pool.imap(_job, jobs))
 
 
-def main() -> None:
+def main(quick: bool = False, seeds=None, out_dir=RESULTS_DIR, *, resummarise=False) -> dict:
+    """Tune each method's lr on ``TUNING_SEEDS``, then run ``seeds`` (default ``SEEDS``) at
+    the chosen rates; ``quick``: one tuning seed, seed 0, ``QUICK_EPOCHS`` epochs per run.
+    ``resummarise``: only recompute the tables of out_dir/ppo_vs_grpo.json."""
+    if resummarise:
+        return resummarise_stored(out_dir)
+    out_dir = output_dir(out_dir, quick)
     setup()
+    seeds = tuple(seeds) if seeds else (SEEDS[:1] if quick else SEEDS)
+    tuning_seeds = TUNING_SEEDS[:1] if quick else TUNING_SEEDS
+    epochs = QUICK_EPOCHS if quick else MAX_EPOCHS
     load_start = list(os.getloadavg())
     start = time.perf_counter()
     # 1. tuning: interleave methods so that they share the load
-    jobs = [(n, lr, s) for s in TUNING_SEEDS for lr in LEARNING_RATES for n in METHODS]
+    jobs = [(n, lr, s, epochs) for s in tuning_seeds for lr in LEARNING_RATES for n in METHODS]
     tuning_runs = run_jobs(jobs)
     tuning, chosen = {}, {}
     for name in METHODS:
         grid = {}
         for lr in LEARNING_RATES:
             runs = [r for n, x, r in tuning_runs if n == name and x == lr]
-            grid[f"{lr:g}"] = {"score": tuning_score(runs), "runs": runs}
+            grid[f"{lr:g}"] = {"score": tuning_score(runs, epochs), "runs": runs}
         tuning[name] = grid
         chosen[name] = max(LEARNING_RATES, key=lambda lr: grid[f"{lr:g}"]["score"])
         print(f"{name}: chosen lr {chosen[name]:g}", flush=True)
     # 2. evaluation at the chosen rates, seeds 0-4
-    final = run_jobs([(n, chosen[n], s) for s in SEEDS for n in METHODS])
+    final = run_jobs([(n, chosen[n], s, epochs) for s in seeds for n in METHODS])
     runs = {name: [r for n, _, r in final if n == name] for name in METHODS}
     summary = [summarise(name, chosen[name], runs[name]) for name in METHODS]
     cpu_total = sum(r["cpu_seconds"] for _, _, r in tuning_runs + final)
-    print(table(summary))
+    print(table(summary, len(seeds), epochs))
     print(f"CPU seconds, all {len(tuning_runs) + len(final)} runs: {cpu_total:.0f}")
-    save(
-        "ppo_vs_grpo",
+    return save(
+        NAME,
         {
             "validation_target": TARGET,
-            "max_epochs": MAX_EPOCHS,
-            "budget_responses": budget_responses(),
-            "seeds": list(SEEDS),
-            "tuning_seeds": list(TUNING_SEEDS),
+            "max_epochs": epochs,
+            "budget_responses": budget_responses(epochs),
+            "seeds": list(seeds),
+            "tuning_seeds": list(tuning_seeds),
             "learning_rates": list(LEARNING_RATES),
             "parallel_workers": WORKERS,
             "num_validation": BASE.num_eval_prompts,
@@ -236,18 +255,25 @@ def main() -> None:
             "chosen_learning_rates": chosen,
             "tuning": tuning,
             "summary": summary,
-            "table": table(summary),
+            "table": table(summary, len(seeds), epochs),
             "runs": runs,
-            "comparisons": comparisons(runs),
+            "comparisons": comparisons(runs, epochs),
             "cpu_seconds_total": cpu_total,
             "wall_seconds_total": time.perf_counter() - start,
             "load_average_at_start": [round(x, 2) for x in load_start],
             **split_payload(),
         },
+        out_dir,
     )
 
 
-#: What the test split is scored by (issue 27 item 4): the three arms side by side, once.
+def add_options(parser) -> None:
+    parser.add_argument(
+        "--resummarise", action="store_true", help="recompute the tables from the saved runs"
+    )
+
+
+#: What the test split is scored by: the three arms side by side, once.
 RECIPE = (
     "PPO + GAE, GRPO and RLOO side by side, each at the learning rate picked on validation "
     "(tuning seeds only), 5 seeds, test read once at the end; no arm chosen by its test score"
@@ -266,24 +292,73 @@ def split_payload() -> dict:
     )
 
 
-def resummarise() -> None:
-    """Recompute summary, table and comparisons of results/ppo_vs_grpo.json from its runs
+def resummarise_stored(out_dir=RESULTS_DIR) -> dict:
+    """Recompute summary, table and comparisons of out_dir/ppo_vs_grpo.json from its runs
     (no training; the machine record of the measuring run is kept)."""
-    path = RESULTS_DIR / "ppo_vs_grpo.json"
+    path = Path(out_dir) / f"{NAME}.json"
     data = json.loads(path.read_text())
     chosen = data["chosen_learning_rates"]
     data["summary"] = [summarise(n, chosen[n], data["runs"][n]) for n in METHODS]
-    data["table"] = table(data["summary"])
-    data["comparisons"] = comparisons(data["runs"])
+    data["table"] = table(data["summary"], len(data["seeds"]), data["max_epochs"])
+    data["comparisons"] = comparisons(data["runs"], data["max_epochs"])
     data.update(split_payload())
     path.write_text(json.dumps(data, indent=2) + "\n")
     print(data["table"])
+    return data
+
+
+def section(r: dict, results_dir=RESULTS_DIR) -> str:
+    """The tuned methods' table, the setting, and every difference against seed noise."""
+    title = "## PPO + GAE vs GRPO vs RLOO (`bench_ppo_vs_grpo.py`, notebook 10)"
+    b, lrs = r["base"], ", ".join(f"{x:g}" for x in r["learning_rates"])
+    chosen = "; ".join(f"{k} {v:g}" for k, v in r["chosen_learning_rates"].items())
+    n_runs = len(r["methods"]) * (
+        len(r["learning_rates"]) * len(r["tuning_seeds"]) + len(r["seeds"])
+    )
+    ppo = r["methods"]["PPO + GAE"]
+    seeds = len(r["seeds"])
+    note = (
+        f"Sort-dedup with the autoregressive policy (prompts of length {b['prompt_length']}, "
+        f"values 0-{b['vocab_size'] - 1}), G = {b['num_responses']}, "
+        f"{b['prompts_per_epoch']} prompts and {b['num_steps_per_epoch']} optimizer steps per "
+        f"epoch, entropy bonus {b['entropy_coef']:g}, at most {r['max_epochs']} epochs "
+        f"({r['budget_responses']} responses). {r['num_validation']} validation + "
+        f"{r['num_test']} test prompts held out by content (sets of values never trained on): "
+        f"validation decides the stop (greedy exact >= {r['validation_target']:.0%}, every "
+        f"{b['eval_every']} epochs), test is read once at the end. Per-method tuning: learning "
+        f"rates {lrs} x tuning seeds {r['tuning_seeds']} "
+        f"({len(r['learning_rates']) * len(r['tuning_seeds'])} runs per method, chosen on "
+        f"validation only): {chosen}. PPO: separate critic at the policy's rate, gamma "
+        f"{ppo['gamma']:g}, lambda {ppo['gae_lambda']:g}, value clip {ppo['value_clip']:g}, "
+        f"whitened advantages (not tuned). Then seeds "
+        f"{r['seeds']}. CPU for all {n_runs} runs: {r['cpu_seconds_total'] / 60:.1f} "
+        f"CPU-minutes; {r['parallel_workers']} runs at a time on a shared "
+        f"{r['machine']['logical_cores']}-core CPU (load "
+        f"average {r['load_average_at_start']} at the start, "
+        f"{r['machine']['load_average_1_5_15_min']} at the end): wall times are "
+        "inflated; compare only within this table."
+    )
+
+    def fmt(x):
+        return f"{x:.0f}" if x > 1 else f"{x:.2f}"
+
+    noise = [
+        f"{c['a']} vs {c['b']}, {c['metric']}: means {fmt(c['mean_a'])} vs {fmt(c['mean_b'])}, "
+        f"exact permutation p = {c['p_value']:.3f}"
+        + (" (exceeds seed noise at 5%)" if c["p_value"] < 0.05 else " (within seed noise)")
+        for c in r["comparisons"]
+    ]
+    exceed = sum(c["p_value"] < 0.05 for c in r["comparisons"])
+    most = max(sum(x["reached"] for x in runs) for runs in r["runs"].values())
+    verdict = f"{exceed} of {len(noise)} differences exceed seed noise at 5%."
+    if exceed == 0:
+        verdict += (f" With at most {most} of {seeds} seeds reaching the target per "
+                    "method, this budget does not rank the three methods.")  # fmt: skip
+    lines = [title, "", note, "", r["table"], "", "Differences against seed noise (exact "
+             f"permutation test over the {seeds} + {seeds} seeds; a missed target counts the "
+             "whole budget):", ""] + [f"- {x}" for x in noise] + ["", verdict]  # fmt: skip
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    # usage: bench_ppo_vs_grpo.py                 (tune, evaluate, save)
-    #        bench_ppo_vs_grpo.py --resummarise   (recompute tables from the saved runs)
-    if sys.argv[1:] == ["--resummarise"]:
-        resummarise()
-    else:
-        main()
+    main(**parse_args(add_options))

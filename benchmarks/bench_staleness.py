@@ -1,6 +1,6 @@
 """Stale and mismatched rollouts: GRPO with a sampler k epochs behind, with and without corrections.
 
-Issue 16, re-run for issue 27 on the loop's held-out-by-content split. A SortTransformer learns
+Measured on the loop's held-out-by-content split. A SortTransformer learns
 to sort (length 4, values 0-5) from its own samples, which a copy of the policy lagging
 k epochs behind generates (``rollout_source="stale"``). Four ways to use such a batch
 (``off_policy_correction``):
@@ -37,31 +37,42 @@ of the comparison, none is chosen by its test score: the JSON lists all of them 
 (``seed_stats.compare_seeds``), with many comparisons: read them with a multiplicity caveat.
 
 Writes results/staleness.json and results/staleness.png.
-Run: ``python benchmarks/bench_staleness.py [--quick] [--workers 3]``. Sized to fit about
-15 minutes of a shared 2-core CPU: 5 seeds, k in (0, 2, 8).
+Run: ``python benchmarks/bench_staleness.py [--quick] [--workers 3]`` (``--quick``: 2 epochs,
+1 seed, into a temporary folder). Sized to fit about 15 minutes of a shared 2-core CPU:
+5 seeds, k in (0, 2, 8).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import math
 import multiprocessing
 import statistics
-import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
-from _common import RESULTS_DIR, loop_splits, record_splits, save, setup, split_keys  # noqa: E402
+from _common import (  # noqa: E402
+    RESULTS_DIR,
+    loop_splits,
+    output_dir,
+    parse_args,
+    record_splits,
+    save,
+    setup,
+    split_keys,
+)
 
 from pgrl_helpers.config import TrainConfig  # noqa: E402
 from pgrl_helpers.seed_stats import compare_seeds  # noqa: E402
 from pgrl_helpers.training import run_policy_gradient  # noqa: E402
 
+NAME = "staleness"
 SEEDS = (0, 1, 2, 3, 4)
 STALENESS = (0, 2, 8)
 CORRECTIONS = ("recompute", "none", "tis", "mis")
@@ -101,7 +112,7 @@ RECIPE = (
 
 
 def add_split_records(payload: dict) -> dict:
-    """The ``_common.record_splits`` record (issue 27) plus the keys themselves (``split_keys``).
+    """The ``_common.record_splits`` record plus the keys themselves (``split_keys``).
 
     The tuning runs' test scores (the loop computes them) are dropped: tuning read validation."""
     if "split_keys" not in payload:
@@ -192,34 +203,32 @@ def summarise(runs: list[dict]) -> dict:
     }
 
 
-def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2 epochs, 1 seed; writes nothing")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--section", action="store_true", help="print the RESULTS.md section")
-    parser.add_argument("--record-splits", action="store_true", help="add the split record")
-    parser.add_argument(
-        "--two-sided",
-        action="store_true",
-        help="add two-sided TIS / MIS cells (correction_cap_low)",
-    )
-    args = parser.parse_args(argv)
-    if args.section:
-        print(results_section(json.loads((RESULTS_DIR / "staleness.json").read_text())))
-        return
-    if args.two_sided:
-        two_sided(args.workers)
-        return
-    if args.record_splits:  # a file saved before add_split_records existed
-        path = RESULTS_DIR / "staleness.json"
+def main(
+    quick: bool = False,
+    seeds=None,
+    out_dir=RESULTS_DIR,
+    *,
+    workers: int = 2,
+    record_splits: bool = False,
+    two_sided: bool = False,
+) -> dict:
+    """Tune the on-policy baseline, then every (k, correction) cell and the mismatch cells on
+    ``seeds`` (default ``SEEDS``; ``quick``: 2 epochs, seed 0, half the tuning grid), in
+    ``workers`` processes. ``two_sided``: only add the two-sided cells to out_dir/staleness.json;
+    ``record_splits``: only add the split record to a file saved before it existed."""
+    if two_sided:
+        return add_two_sided(workers, out_dir)
+    if record_splits:
+        path = Path(out_dir) / f"{NAME}.json"
         payload = add_split_records(json.loads(path.read_text()))
         path.write_text(json.dumps(payload, indent=2) + "\n")
-        return
+        return payload
+    out_dir = output_dir(out_dir, quick)
     setup()
-    epochs = 2 if args.quick else EPOCHS
-    seeds = SEEDS[:1] if args.quick else SEEDS
-    grid = TUNING_GRID[:2] if args.quick else TUNING_GRID
-    pool = multiprocessing.get_context("spawn").Pool(args.workers)
+    epochs = 2 if quick else EPOCHS
+    seeds = tuple(seeds) if seeds else (SEEDS[:1] if quick else SEEDS)
+    grid = TUNING_GRID[:2] if quick else TUNING_GRID
+    pool = multiprocessing.get_context("spawn").Pool(workers)
     c0 = time.time()
     tuning = pool.map(
         job,
@@ -282,12 +291,10 @@ def main(argv: list[str]) -> None:
     axes[0].set_ylabel(f"validation exact-sort\n(median of {len(seeds)} seeds)")
     axes[0].legend()
     fig.tight_layout()
-    if args.quick:
-        print(summary, comparisons)
-        return
-    fig.savefig(RESULTS_DIR / "staleness.png", dpi=100)
-    save(
-        "staleness",
+    fig.savefig(out_dir / "staleness.png", dpi=100)
+    plt.close(fig)
+    return save(
+        NAME,
         add_split_records(
             {
                 "config": {k: v for k, v in vars(CONFIG).items() if not callable(v)},
@@ -311,18 +318,29 @@ def main(argv: list[str]) -> None:
                 "runs": runs,
             }
         ),
+        out_dir,
+    )
+
+
+def add_options(parser) -> None:
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument("--record-splits", action="store_true", help="add the split record")
+    parser.add_argument(
+        "--two-sided",
+        action="store_true",
+        help="add two-sided TIS / MIS cells (correction_cap_low)",
     )
 
 
 CAP_LOW = 0.5  # two-sided masks: weights below 1/C = 0.5 are raised (TIS) or dropped (MIS)
 
 
-def two_sided(workers: int) -> None:
+def add_two_sided(workers: int, out_dir=RESULTS_DIR) -> dict:
     """Add two-sided TIS / MIS cells (``correction_cap_low`` = CAP_LOW) at every k > 0 to
     staleness.json, same seeds and tuned setting, then their comparisons with the one-sided
     cells. First re-runs one stored cell and stops if it does not reproduce bit for bit (the
     new cells must come from the same loop as the stored ones)."""
-    path = RESULTS_DIR / "staleness.json"
+    path = Path(out_dir) / f"{NAME}.json"
     payload = json.loads(path.read_text())
     chosen = payload["tuning"]["chosen"]
     base = dict(chosen, num_epochs=payload["epochs"])
@@ -359,11 +377,13 @@ def two_sided(workers: int) -> None:
     )
     path.write_text(json.dumps(payload, indent=2) + "\n")
     print("added", len(runs), "two-sided runs")
+    return payload
 
 
-def results_section(payload: dict) -> str:
-    """The benchmarks/RESULTS.md section for a saved staleness.json."""
+def section(payload: dict, results_dir=RESULTS_DIR) -> str:
+    """Final test exact per staleness and correction, the mismatch cells, the comparisons."""
     c, s = payload["config"], payload["summary"]
+    multisets = math.comb(c["vocab_size"] + c["prompt_length"] - 1, c["prompt_length"])
     v, t = payload["split_keys"]["validation"], payload["split_keys"]["test"]
     tune = payload["tuning"]
     loads = payload["machine"]["load_average_1_5_15_min"]
@@ -392,14 +412,15 @@ def results_section(payload: dict) -> str:
         [
             "## Stale rollouts and off-policy corrections (`bench_staleness.py`)",
             "",
-            f"Issue 16, re-run on the loop's held-out-by-content split (issue 27). SortTransformer "
+            "Measured on the loop's held-out-by-content split. SortTransformer "
             f"(d_model {c['embedding_dim']}, {c['num_layers']} layer, {c['num_heads']} heads), "
             f"prompts of length {c['prompt_length']}, values 0-{c['vocab_size'] - 1}, "
             f"{c['prompts_per_epoch']} fresh random prompts per epoch, G = {c['num_responses']}, "
             f"{c['num_steps_per_epoch']} steps per epoch, clipped loss, {payload['epochs']} epochs "
             f"(no early stopping). Held out by multiset (`SortTask.prompt_key`): {v['size']} "
             f"validation prompts ({v['distinct_keys']} multisets) and {t['size']} test prompts "
-            f"({t['distinct_keys']} other multisets) of 126, none in any training batch (asserted "
+            f"({t['distinct_keys']} other multisets) of {multisets}, none in any training batch "
+            "(asserted "
             f"per run). The on-policy baseline's (lr, entropy bonus) was chosen from "
             f"{tune['grid']} on tuning seeds {tune['seeds']} by final validation exact: "
             f"lr {tune['chosen']['learning_rate']:g}, entropy bonus "
@@ -409,8 +430,9 @@ def results_section(payload: dict) -> str:
             "PPO's ratio is the IS weight), `tis` / `mis` (old = trainer; token weights min(w, C) "
             f"/ w 1[w <= C], C = {c['correction_cap']}). Seeds {payload['seeds']}; every cell is "
             "scored once on the test split at the end and chooses nothing. "
-            f"{payload['total_cpu_seconds'] / 60:.1f} CPU-minutes; load average {loads} on 2 "
-            f"shared cores ({payload['machine']['date_utc']} UTC).",
+            f"{payload['total_cpu_seconds'] / 60:.1f} CPU-minutes; load average {loads} on "
+            f"{payload['machine']['logical_cores']} shared cores "
+            f"({payload['machine']['date_utc']} UTC).",
             "",
             "Final test exact-sort, median [worst seed]; median over seeds of the mean ESS / n of "
             "the token weights pi_trainer / pi_sampler in parentheses:",
@@ -461,10 +483,9 @@ def results_section(payload: dict) -> str:
             f"{0.05 / n:.4f}.",
             "",
             "![validation exact-sort vs epoch per staleness and correction](results/staleness.png)",
-            "",
         ]
     )
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main(**parse_args(add_options))

@@ -54,7 +54,10 @@ _HOMES: dict[str, str] = {
     "token_entropy": "sampling",
     "DELTA_MODES": "advantages",
     "compute_deltas": "advantages",
+    "LOSS_FUNCTIONS": "losses",
     "LOSS_MODES": "losses",
+    "LossOptions": "losses",
+    "per_token_loss_and_metrics": "losses",
     "clip_fraction": "losses",
     "clip_mask": "losses",
     "compute_loss": "losses",
@@ -75,6 +78,7 @@ _HOMES: dict[str, str] = {
     # the loop
     "Rollout": "rollout",
     "TrainConfig": "config",
+    "RECIPES": "recipes",
     "METRICS": "history",
     "History": "history",
     "history_columns": "history",

@@ -71,13 +71,37 @@ def check_positive_ints(**values) -> None:
 
 def check_prompts(prompts, vocab_size: int, prompt_length: int) -> None:
     """Prompts a policy can take: int[batch, prompt_length], ids in 0 .. vocab_size - 1."""
-    check_ndim(prompts, 2, "prompts", "batch, pos")
+    check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
     check_integer(prompts, "prompts")
     check_token_range(prompts, vocab_size, "prompts")
     if prompts.shape[1] != prompt_length:
         raise ValueError(
             f"this model takes prompts of length {prompt_length}, got shape {list(prompts.shape)}"
         )
+
+
+def _fmt(x) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def _number_phrase(low, high, low_inclusive, high_inclusive, allow_inf, integer) -> str:
+    """What check_number asks for, in words: 'a positive finite number', 'an int >= 0', ..."""
+    noun = "int" if integer else "number"
+    finite = "" if integer or allow_inf or (low is not None and high is not None) else "finite "
+    positive = (low == 0 and not low_inclusive) or (integer and low == 1 and low_inclusive)
+    if low is not None and high is not None:
+        left, right = "[" if low_inclusive else "(", "]" if high_inclusive else ")"
+        phrase = f"{noun} in {left}{_fmt(low)}, {_fmt(high)}{right}"
+    elif positive:
+        phrase = f"positive {finite}{noun}"
+    elif low is not None:
+        phrase = f"{finite}{noun} {'>=' if low_inclusive else '>'} {_fmt(low)}"
+    elif high is not None:
+        phrase = f"{finite}{noun} {'<=' if high_inclusive else '<'} {_fmt(high)}"
+    else:
+        phrase = f"{finite}{noun}"
+    article = "an" if phrase[0] in "aeiou" else "a"
+    return f"{article} {phrase}" + (" (inf allowed)" if allow_inf and not integer else "")
 
 
 def check_number(
@@ -90,18 +114,23 @@ def check_number(
     high_inclusive: bool = True,
     allow_none: bool = False,
     allow_inf: bool = False,
+    integer: bool = False,
+    note: str | None = None,
 ) -> None:
-    """Raise ValueError naming ``name`` unless ``value`` is a real number in the given range.
+    """Raise ValueError naming ``name`` and the bounds unless ``value`` is a number in range.
 
     Bools are refused (``True`` is not a learning rate); NaN always, and inf unless
     ``allow_inf``. ``low`` is exclusive unless ``low_inclusive``; ``high`` is inclusive unless
-    ``high_inclusive=False``. ``allow_none``: None is accepted (an optional setting).
+    ``high_inclusive=False``. ``integer``: only an int will do. ``allow_none``: None is
+    accepted (an optional setting). ``note`` follows the bounds in brackets (why they hold).
+    Examples of the message: "gamma must be a number in [0, 1], got 1.5"; "kl_horizon must
+    be a positive int, got 0"; "value_clip must be a positive finite number or None, got 0".
     """
     if value is None and allow_none:
         return
     ok = (
         not isinstance(value, bool)
-        and isinstance(value, (int, float))
+        and isinstance(value, int if integer else (int, float))
         and not math.isnan(value)
         and (allow_inf or math.isfinite(value))
     )
@@ -110,19 +139,24 @@ def check_number(
     if ok and high is not None:
         ok = value <= high if high_inclusive else value < high
     if not ok:
-        bounds = []
-        if low is not None:
-            bounds.append(f"{'>=' if low_inclusive else '>'} {low:g}")
-        if high is not None:
-            bounds.append(f"{'<=' if high_inclusive else '<'} {high:g}")
-        what = "a number" if allow_inf else "a finite number"
-        range_ = f" {' and '.join(bounds)}" if bounds else ""
+        what = _number_phrase(low, high, low_inclusive, high_inclusive, allow_inf, integer)
+        why = f" ({note})" if note else ""
         none = " or None" if allow_none else ""
-        raise ValueError(f"{name} must be {what}{range_}{none}, got {value!r}")
+        raise ValueError(f"{name} must be {what}{why}{none}, got {value!r}")
 
 
 def check_choice(value, valid, name: str) -> None:
-    """Raise ValueError naming ``name`` and listing the valid values unless value is one."""
+    """Raise ValueError naming ``name`` and listing the valid values unless value is one.
+
+    ``valid``: any iterable of the allowed values (a tuple, or a registry dict's keys).
+    """
     valid = tuple(valid)
     if value not in valid:
-        raise ValueError(f"unknown {name} {value!r}; valid values are: {', '.join(valid)}")
+        listed = ", ".join(str(v) for v in valid)
+        raise ValueError(f"unknown {name} {value!r}; valid values are: {listed}")
+
+
+def check_bool(value, name: str) -> None:
+    """Raise TypeError naming ``name`` unless value is True or False (1 and 0 refused)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")

@@ -3,6 +3,8 @@
 rewards float[batch, trial] -> deltas float[batch, trial]; ``trial`` is the group
 of G responses sampled for one prompt, so every baseline below is computed per
 prompt (over the last axis).
+
+Taught in notebooks 00, 03, 04, 05, 06, 08, 09, 11, 13.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ def compute_deltas(
 
     ``mask`` is read by ``reinforce_pp_baseline`` only; it must be 0/1 [batch, trial, pos].
     The output keeps the rewards' floating dtype (integer rewards become float32).
+
+    Taught in notebooks 00, 03, 04, 05, 06, 08, 09, 11, 13.
     """
     check_mode(mode, DELTA_MODES, "delta mode")
     check_ndim(rewards, 2, "rewards", "batch, trial")

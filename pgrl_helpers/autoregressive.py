@@ -24,6 +24,8 @@ and was cut at the maximum length).
 The functions mirror ``pgrl_helpers.sampling`` (``sample_responses``,
 ``greedy_responses``, ``compute_log_probs``, ``token_entropy``) so the training loop can
 swap one module for the other.
+
+Taught in notebook 08.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from torch import nn
 from ._validate import (
     check_integer,
     check_ndim,
+    check_number,
     check_positive_ints,
     check_prompts,
     check_token_range,
@@ -54,6 +57,8 @@ class AutoregressiveSortPolicy(nn.Module):
 
     ``logits[:, i]`` is the distribution of token ``i + 1``. Sequences may be at most
     ``prompt_length + 1 + max_response_length`` long.
+
+    Taught in notebook 08.
     """
 
     def __init__(
@@ -99,6 +104,14 @@ class AutoregressiveSortPolicy(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens int[batch, seq] -> next-token logits float[batch, seq, vocab_size + 1]."""
+        return self.unembed(self.features(tokens))
+
+    def features(self, tokens: torch.Tensor) -> torch.Tensor:
+        """tokens int[batch, seq] -> last hidden states float[batch, seq, d_model].
+
+        The trunk without the unembedding; the critic (``value.AutoregressiveValueModel``)
+        puts its scalar head here.
+        """
         check_ndim(tokens, 2, "tokens", "batch, seq")
         check_integer(tokens, "tokens")
         check_token_range(tokens, self.vocab_size + 2, "tokens")
@@ -112,7 +125,7 @@ class AutoregressiveSortPolicy(nn.Module):
         x = self.embedding(tokens) + self.position[:seq]
         for block in self.blocks:
             x = block(x)
-        return self.unembed(self.final_norm(x))
+        return self.final_norm(x)
 
     # ---- the Policy interface (pgrl_helpers.policy) -------------------------------
 
@@ -151,7 +164,7 @@ def _check_prompts(model, prompts: torch.Tensor) -> None:
 
 
 def _with_separator(model, prompts: torch.Tensor) -> torch.Tensor:
-    """int[batch, pos] -> int[batch, pos + 1]: the prompt followed by SEP."""
+    """int[batch, prompt_pos] -> int[batch, prompt_pos + 1]: the prompt followed by SEP."""
     sep = torch.full((prompts.shape[0], 1), model.sep_token, dtype=torch.long)
     return torch.cat([prompts.long(), sep], dim=1)
 
@@ -160,17 +173,14 @@ def response_mask(responses: torch.Tensor, eos_token: int) -> torch.Tensor:
     """float32[batch, trial, pos]: 1 up to and including the first EOS, 0 after it.
 
     A response without EOS (cut at the maximum length) is all ones.
+
+    Taught in notebook 08.
     """
     check_ndim(responses, 3, "responses", "batch, trial, pos")
     check_integer(responses, "responses")
     is_eos = (responses == eos_token).long()
     eos_before = is_eos.cumsum(dim=-1) - is_eos  # number of EOS strictly before each slot
     return (eos_before == 0).to(torch.float32)
-
-
-def response_lengths(responses: torch.Tensor, eos_token: int) -> torch.Tensor:
-    """int64[batch, trial]: tokens per response counting the EOS (= response mask sum)."""
-    return response_mask(responses, eos_token).sum(dim=-1).long()
 
 
 def _generate(
@@ -290,13 +300,19 @@ def sample_responses(
 def sample_with_mask(
     model, prompts: torch.Tensor, num_samples: int, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``sample_responses`` plus its response mask: (int64[batch, trial, pos], float32[...])."""
+    """``sample_responses`` plus its response mask: (int64[batch, trial, pos], float32[...]).
+
+    Taught in notebook 08.
+    """
     responses = sample_responses(model, prompts, num_samples, generator)
     return responses, response_mask(responses, model.eos_token)
 
 
 def greedy_responses(model, prompts: torch.Tensor) -> torch.Tensor:
-    """Greedy decoding (argmax at every step): int[batch, prompt_pos] -> int64[batch, 1, pos]."""
+    """Greedy decoding (argmax at every step): int[batch, prompt_pos] -> int64[batch, 1, pos].
+
+    Taught in notebook 08.
+    """
     return _generate(model, prompts, 1, None, greedy=True)
 
 
@@ -329,6 +345,8 @@ def compute_log_probs(model, prompts: torch.Tensor, responses: torch.Tensor) -> 
     tokens). Padding slots after EOS get a finite log-prob too; multiply by (or select
     with) the response mask so they never count. Differentiable: wrap in
     ``torch.no_grad()`` to freeze old/reference log-probs.
+
+    Taught in notebook 08.
     """
     log_probs = F.log_softmax(_response_logits(prompts, responses, model), dim=-1)
     return log_probs.gather(dim=-1, index=responses.long().unsqueeze(-1)).squeeze(-1)
@@ -341,3 +359,31 @@ def token_entropy(model, prompts: torch.Tensor, responses: torch.Tensor) -> torc
     """
     log_probs = F.log_softmax(_response_logits(prompts, responses, model), dim=-1)
     return -(log_probs.exp() * log_probs).sum(dim=-1)
+
+
+#: Tasks the autoregressive policy is wired to (variable length, or multi-turn).
+AUTOREGRESSIVE_TASKS: tuple[str, ...] = ("sort_dedup", "tool_compare")
+
+
+def check_autoregressive_fields(config) -> None:
+    """Raise naming the first bad task / model pairing or response length of a ``TrainConfig``.
+
+    The tasks of ``AUTOREGRESSIVE_TASKS`` need model 'autoregressive' (it chooses when to
+    stop, or reads the tool's answer) and it is wired only to them; they train on random
+    prompts. ``max_response_length`` is None or an int >= prompt_length + 1 (the longest
+    answer plus EOS).
+    """
+    if (config.task in AUTOREGRESSIVE_TASKS) != (config.model == "autoregressive"):
+        raise ValueError(
+            f"task {config.task!r} with model {config.model!r}: the variable-length task "
+            "'sort_dedup' and the multi-turn task 'tool_compare' need model "
+            "'autoregressive' (it must choose when to stop / read the tool's answer), "
+            "and the autoregressive policy is only wired to those tasks"
+        )
+    if config.task in AUTOREGRESSIVE_TASKS and config.prompt_source != "random":
+        raise ValueError(f"task {config.task!r} trains on prompt_source 'random'")
+    check_number(
+        config.max_response_length, "max_response_length", config.prompt_length + 1,
+        low_inclusive=True, integer=True, allow_none=True,
+        note="prompt_length + 1: the longest answer plus EOS",
+    )  # fmt: skip

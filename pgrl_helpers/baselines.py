@@ -4,6 +4,8 @@ Inputs are the enumeration tables of ``pgrl_helpers.exact``: ``probs`` pi(a|s) f
 ``scores`` grad log pi(a|s) float[batch, N, P] and ``rewards`` R(s, a) float[batch, N], for
 ``batch`` prompts s, all N responses a and P parameters. The estimate averages G samples per
 prompt over the batch: g_hat = 1/(B G) sum_s sum_i grad log pi(a_i|s) (R(s, a_i) - b).
+
+Taught in notebook 03.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ def estimate_moments(
     ``baseline`` ignores the samples and broadcasts against [batch, N, P]: a number,
     [batch, 1, 1] (per prompt), [1, 1, P] (per parameter) or [batch, 1, P].
     Var[g_hat_k] = 1/(B^2 G) sum_s (E_a[w_k^2] - E_a[w_k]^2), w = score * (R - b).
+
+    Taught in notebook 03.
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
@@ -42,6 +46,8 @@ def optimal_baselines(probs, scores, rewards) -> dict[str, torch.Tensor]:
       variance-optimal constant (Greensmith et al. 2004);
     * ``b_grad_pi`` the lecture notes' version with d_k pi in place of d_k log pi, float[P];
     * ``b_star_state`` the optimum per parameter and per prompt, float[batch, P].
+
+    Taught in notebook 03.
     """
     sq = scores**2  # (d log pi / d theta_k)^2: [batch, N, P]
     sq_pi = (probs[..., None] * scores) ** 2  # (d pi / d theta_k)^2
@@ -65,6 +71,8 @@ def group_moments(probs, scores, rewards, group_size: int, mode: str):
     'group_normalized' (GRPO's (R_i - mean) / std, DeepSeekMath eq. 3), computed
     per prompt by ``exact.group_estimate_moments`` (every ordered group of ``group_size``
     responses), then averaged over the batch like ``estimate_moments``.
+
+    Taught in notebook 03.
     """
     from .exact import group_estimate_moments
 

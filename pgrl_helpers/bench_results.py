@@ -3,6 +3,8 @@
 The benchmarks (``python3 tasks.py bench``) write one JSON file each, with the machine they
 ran on; a notebook reads and quotes them, never re-runs them. These helpers load a file,
 say where its numbers came from, and draw the figures notebook 07 shows.
+
+Taught in notebook 07.
 """
 
 from __future__ import annotations
@@ -15,13 +17,19 @@ RESULTS = REPO / "benchmarks" / "results"
 
 
 def load_result(name: str) -> tuple[Path, dict | None]:
-    """(path, parsed JSON) of ``benchmarks/results/<name>.json``; None if it was never run."""
+    """(path, parsed JSON) of ``benchmarks/results/<name>.json``; None if it was never run.
+
+    Taught in notebook 07.
+    """
     path = RESULTS / f"{name}.json"
     return path, (json.loads(path.read_text()) if path.exists() else None)
 
 
 def describe(path: Path, result: dict) -> str:
-    """One line: which file, when, on what machine and under what load it was measured."""
+    """One line: which file, when, on what machine and under what load it was measured.
+
+    Taught in notebook 07.
+    """
     m = result.get("machine", {})
     return (
         f"from {path.relative_to(REPO)}: measured {m.get('date_utc', '?')} UTC on "
@@ -31,7 +39,10 @@ def describe(path: Path, result: dict) -> str:
 
 
 def plot_scaling(scaling: dict, axes) -> None:
-    """bench_4's summary on two axes: samples and wall time to 99% against prompt length."""
+    """bench_scaling's summary on two axes: samples and wall time to 99% against prompt length.
+
+    Taught in notebook 07.
+    """
     rows = scaling["summary"]
     lengths = [r["length"] for r in rows]
     left, right = axes
@@ -62,7 +73,10 @@ def curve_after_target(run: dict, validation_target: float) -> tuple[list[float]
 
 
 def plot_stability(stability: dict, variants: list[str], target: float, axes) -> None:
-    """Validation exact after the target, one panel per variant, one line per seed."""
+    """Validation exact after the target, one panel per variant, one line per seed.
+
+    Taught in notebook 07.
+    """
     for ax, name in zip(axes, variants):
         runs = stability["variants"][name]["runs"]
         for run in runs:

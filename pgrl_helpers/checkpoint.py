@@ -13,6 +13,8 @@ longer lists (length 5-6) and unseen values (a 6-9 in the list).
 Held out by content: the key of a prompt is its multiset (``sorted(numbers)``); the test and
 validation multisets are drawn once (``make_splits``, a fixed split seed) and no SFT or RL
 example ever has one of those keys (``history['heldout_keys_in_training']`` counts them: 0).
+
+Taught in notebook 14.
 """
 
 from __future__ import annotations

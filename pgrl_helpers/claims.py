@@ -17,6 +17,8 @@ shows that it fails.
 * ``check_clip_stops_gradient`` (06): a clipped per-token loss has zero gradient exactly on
   the tokens whose ratio left [1 - eps, 1 + eps] in the direction of their delta, and the
   unclipped slope -ratio * delta everywhere else.
+
+Taught in notebooks 02, 04, 05, 06.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ def check_policy_gradient(surrogate: Callable, model, prompts, reward_fn, tol: f
     float[batch, N] per-sample losses (REINFORCE: -log_probs * rewards). The expectation is
     taken by enumerating every response, weights pi(a|s) detached as with real samples.
     Returns max |expected grad + exact grad|.
+
+    Taught in notebook 02.
     """
     log_probs = response_log_probs(model, prompts)  # [batch, N]
     length = _response_length(model, prompts)
@@ -61,6 +65,8 @@ def check_ratio_gradient(freeze: Callable, num_tokens: int = 5, seed: int = 0, t
     the gradient of sum_a pi_old(a) ratio(a) A(a) must be grad E_pi[R]. ``freeze`` is how the
     code under test turns the current log-probs into old ones (right: ``lambda lp: lp.detach()``).
     Returns max |ratio-loss gradient - true gradient|.
+
+    Taught in notebook 04.
     """
     g = torch.Generator().manual_seed(seed)
     theta = torch.randn(num_tokens, generator=g, dtype=torch.float64).requires_grad_(True)
@@ -84,6 +90,8 @@ def check_kl_estimator(estimator: Callable, num_pairs: int = 5, seed: int = 0, t
 
     ``num_pairs`` random pairs of 7-token categoricals, in float64, expectation by enumeration.
     Returns the largest |E_pi[k] - KL(pi || pi_ref)|.
+
+    Taught in notebook 05.
     """
     g = torch.Generator().manual_seed(seed)
     worst = 0.0
@@ -101,6 +109,8 @@ def check_k3_round_off(k3_unclamped: Callable, k3: Callable, seed: int = 0, tol=
     """t - 1 - log t >= 0 on *unclamped* values (up to ``tol``), and the clamp removes only that.
 
     Log-ratios from 1e-8 to 10 in size, float32. Returns (min unclamped value, max clamp change).
+
+    Taught in notebooks 05, 06.
     """
     g = torch.Generator().manual_seed(seed)
     log_pi = torch.randn(100_000, generator=g)
@@ -148,6 +158,8 @@ def check_deltas(
 
     The reference uses ``statistics.stdev`` (sample std) and the documented ``eps`` and
     ``std_floor``; it shares no code with ``advantages``. Returns {mode: max |difference|}.
+
+    Taught in notebook 06.
     """
     rows = rewards.double().tolist()
     out = {}
@@ -176,6 +188,8 @@ def check_error_prediction(measured, predicted, low: float = 0.75, high: float =
     of REINFORCE over 5 seeds and predicts it from the exact covariance; a prediction off by
     sqrt(3) (averaging the prompts' variances with 1/B instead of 1/B^2) falls outside.
     Returns the ratios measured / predicted, one per N.
+
+    Taught in notebook 02.
     """
     measured = [float(v) for v in measured]
     predicted = [float(v) for v in predicted]
@@ -209,6 +223,8 @@ def check_clip_stops_gradient(
     respect to its own log-prob must be 0; every other token's must be -r * delta (the
     gradient of -r delta, PPO eq. 7). Needs at least one clipped token, so that the check can
     fail. Returns (number of clipped tokens, max |gradient| on them).
+
+    Taught in notebook 06.
     """
     lp = log_probs.detach().clone().requires_grad_(True)
     old = old_log_probs.detach()

@@ -15,6 +15,8 @@ epsilon_high, sigma = sigmoid(tau (r - 1))):
 
 ``autograd_weight`` measures w through ``compute_per_token_loss`` itself, so a plot of
 ``weight_formula`` can be checked point by point.
+
+Taught in notebook 11.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ and the sign of A, and the gradient-weight curves w(r) (``clip_family``) are red
 ``redraw``, which recomputes ``curves`` (name -> list of w(r) over ``ratios``, from
 ``clip_family.weight_formula`` with the chosen clip edges) and replaces the PNG in ``plot``.
 Tests drive it by setting the controls' values, as a reader would.
+
+Taught in notebook 11.
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ class ClipFamilyWidget(widgets.VBox):
     """Controls: ``methods`` (SelectMultiple of ``CLIP_FAMILY`` names), ``epsilon_low`` and
     ``epsilon_high`` (FloatSliders; PPO-clip uses epsilon_low on both sides, SAPO ignores
     both), ``sign`` (ToggleButtons, A > 0 or A < 0). Output: ``plot`` (an Output holding one
-    PNG), ``message`` (HTML), ``curves`` (name -> w(r) at each of ``ratios``)."""
+    PNG), ``message`` (HTML), ``curves`` (name -> w(r) at each of ``ratios``).
+
+    Taught in notebook 11.
+    """
 
     def __init__(self, ratios: list[float] | None = None):
         self.ratios = ratios if ratios is not None else [0.01 + i * 0.005 for i in range(799)]

@@ -21,6 +21,8 @@ The thresholds (0.1 nats, the last 5 epochs) were fixed before the benchmarks ra
 logged its entropy on some epochs only (``bench_objectives.py`` stores it at each evaluation,
 every 5 epochs) passes ``entropy_epochs``: the end entropy is then the mean of the values
 recorded within the last ``tail`` epochs.
+
+Taught in notebooks 08, 11.
 """
 
 from __future__ import annotations
@@ -98,6 +100,8 @@ def is_collapsed(
         logged epoch, with ``entropy_epochs``; see ``end_entropy``).
     target: the run's validation target in (0, 1].
     entropy_threshold: > 0 nats; tail: epochs averaged (>= 1).
+
+    Taught in notebooks 08, 11.
     """
     if not (isinstance(target, int | float) and 0 < target <= 1):
         raise ValueError(f"target must be in (0, 1], got {target!r}")

@@ -9,6 +9,8 @@ paper's other remedy, Clip-Cov (``clip_cov_tokens``; ``TrainConfig.clip_cov_rati
 the policy-gradient loss of a few random tokens whose covariance is in a band.
 Shapes: log_probs float[batch, trial, pos], deltas float[batch, trial] or [batch, trial, pos],
 mask bool/float[batch, trial, pos].
+
+Not imported by a notebook: used through ``losses`` and the loop (notebook 11 teaches KL-Cov).
 """
 
 from __future__ import annotations
@@ -17,24 +19,7 @@ import math
 
 import torch
 
-from ._validate import check_ndim, check_same_shape, check_tensor
-
-
-def check_kl_cov(ratio, coef, level) -> None:
-    if (
-        isinstance(ratio, bool)
-        or not isinstance(ratio, (int, float))
-        or not math.isfinite(ratio)
-        or not 0 < ratio <= 1
-    ):
-        raise ValueError(f"kl_cov_ratio must be a number in (0, 1], got {ratio!r}")
-    if isinstance(coef, bool) or not isinstance(coef, (int, float)) or not 0 <= coef < math.inf:
-        raise ValueError(f"kl_cov_coef must be a finite number >= 0, got {coef!r}")
-    if level != "token":
-        raise ValueError(
-            "loss mode 'kl_cov' penalises single tokens: it needs importance_sampling_level "
-            f"'token', got {level!r}"
-        )
+from ._validate import check_ndim, check_number, check_same_shape, check_tensor
 
 
 def token_covariance(
@@ -75,7 +60,7 @@ def kl_cov_tokens(
     """bool[batch, trial, pos]: KL-Cov's set I_KL, the max(1, floor(k N)) real tokens with the
     largest ``token_covariance`` (N real tokens, k = ``kl_cov_ratio``); ties go to the
     earlier token in row-major order (a stable sort), so the choice is deterministic."""
-    check_kl_cov(kl_cov_ratio, 0.0, "token")
+    check_number(kl_cov_ratio, "kl_cov_ratio", 0, 1)
     cov = token_covariance(log_probs, deltas, mask).flatten()
     real = int(torch.isfinite(cov).sum())
     count = max(1, int(kl_cov_ratio * real))
@@ -99,6 +84,23 @@ def check_clip_cov(ratio, lower, upper) -> None:
             raise ValueError(f"{name} must be a number, got {value!r}")
     if not lower < upper:
         raise ValueError(f"clip_cov_lb must be < clip_cov_ub, got {lower!r} and {upper!r}")
+
+
+def check_clip_cov_fields(config) -> None:
+    """Raise naming the bad Clip-Cov field of a ``TrainConfig`` (``clip_cov_*``).
+
+    The settings as ``check_clip_cov``; Clip-Cov (ratio > 0) detaches tokens of the clipped
+    PPO loss, so it needs loss_mode 'clipped' and the per-token policy_objective.
+    """
+    check_clip_cov(config.clip_cov_ratio, config.clip_cov_lb, config.clip_cov_ub)
+    if config.clip_cov_ratio > 0 and (
+        config.loss_mode != "clipped" or config.policy_objective != "token"
+    ):
+        raise ValueError(
+            "clip_cov_ratio > 0 (Clip-Cov) detaches tokens of the clipped PPO loss: it "
+            "needs loss_mode 'clipped' and policy_objective 'token', got "
+            f"{config.loss_mode!r} and {config.policy_objective!r}"
+        )
 
 
 def clip_cov_tokens(

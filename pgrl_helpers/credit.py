@@ -9,6 +9,8 @@ deterministic (s_{t+1} = s_t + a_t) and the reward comes only at the end.
 
 Shapes: responses int64[1, N, pos], mask float[1, N, pos], probs float[N],
 rewards float[N], per-token quantities float[N, pos].
+
+Taught in notebook 10.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ def enumerate_responses(policy, prompt: torch.Tensor):
 
     Returns (responses int64[1, N, pos], mask float32[1, N, pos], probs float[N]);
     ``probs`` sums to 1 up to rounding (a check the caller can make).
+
+    Taught in notebook 10.
     """
     if prompt.ndim != 2 or prompt.shape[0] != 1:
         raise ValueError(f"prompt must be int[1, prompt_pos], got shape {list(prompt.shape)}")
@@ -78,6 +82,8 @@ def credit_noise(responses, mask, probs, rewards, lam: float, group_size: int | 
     (RLOO; GRPO's centred R - mean(all G) is this times (G - 1)/G), whose variance given
     the token is Var(R | s_t, a_t) + Var(R) / (G - 1). The mean is weighted by the
     probability of each token (real tokens only).
+
+    Taught in notebook 10.
     """
     resp, m = responses[0], mask[0]
     rewards = rewards.to(probs.dtype)

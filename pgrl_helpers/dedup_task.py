@@ -28,6 +28,8 @@ reward that raised would crash the run). ``dedup_exact_reward`` requires the EOS
 answer (a policy with no slot left for EOS, pos <= target length). With the slots a
 ``TrainConfig`` allows (max_response_length >= prompt_length + 1 > target length) a
 cut-off response already has ``extra >= 1``, so this rule changes no reward there.
+
+Taught in notebooks 08, 11.
 """
 
 from __future__ import annotations
@@ -44,10 +46,12 @@ from .task import PromptTask
 def dedup_targets(prompts: torch.Tensor, pad_token: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Sorted distinct values of each prompt, left-aligned and padded with ``pad_token``.
 
-    prompts int[batch, pos] -> (targets int64[batch, pos], lengths int64[batch]).
+    prompts int[batch, prompt_pos] -> (targets int64[batch, prompt_pos], lengths int64[batch]).
     ``[3, 1, 3, 0]`` -> ``[0, 1, 3, pad]``, length 3.
+
+    Taught in notebook 08.
     """
-    check_ndim(prompts, 2, "prompts", "batch, pos")
+    check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
     check_integer(prompts, "prompts")
     values = prompts.long().sort(dim=-1).values
     first = torch.ones_like(values, dtype=torch.bool)
@@ -62,7 +66,10 @@ def dedup_targets(prompts: torch.Tensor, pad_token: int) -> tuple[torch.Tensor, 
 
 
 def dedup_reference_responses(prompts: torch.Tensor, eos_token: int, length: int) -> torch.Tensor:
-    """The correct responses padded with EOS to ``length``: int64[batch, 1, length]."""
+    """The correct responses padded with EOS to ``length``: int64[batch, 1, length].
+
+    Taught in notebook 08.
+    """
     targets, _ = dedup_targets(prompts, eos_token)
     if length < targets.shape[1] + 1:
         raise ValueError(
@@ -73,7 +80,7 @@ def dedup_reference_responses(prompts: torch.Tensor, eos_token: int, length: int
 
 
 def _check_batch(prompts: torch.Tensor, responses: torch.Tensor, eos_token: int) -> None:
-    check_ndim(check_tensor(prompts, "prompts"), 2, "prompts", "batch, pos")
+    check_ndim(check_tensor(prompts, "prompts"), 2, "prompts", "batch, prompt_pos")
     check_ndim(check_tensor(responses, "responses"), 3, "responses", "batch, trial, pos")
     check_integer(prompts, "prompts")
     check_integer(responses, "responses")
@@ -124,7 +131,10 @@ def exact_dedup(prompts: torch.Tensor, responses: torch.Tensor, eos_token: int) 
 
 
 def dedup_exact_reward(prompts: torch.Tensor, responses: torch.Tensor, eos_token: int):
-    """1.0 for an exactly right response (then EOS), else 0.0: float32[batch, trial]."""
+    """1.0 for an exactly right response (then EOS), else 0.0: float32[batch, trial].
+
+    Taught in notebook 08.
+    """
     return exact_dedup(prompts, responses, eos_token).to(torch.float32)
 
 
@@ -133,6 +143,8 @@ def dedup_position_reward(prompts: torch.Tensor, responses: torch.Tensor, eos_to
 
     Equals 1 only for the exact answer followed by EOS; a response that never emits EOS
     counts as at least one token too long (see the module docstring).
+
+    Taught in notebook 08.
     """
     matches, extra, _, target_len, _ = _scores(prompts, responses, eos_token)
     return (matches - extra).to(torch.float32) / target_len.to(torch.float32)
@@ -151,7 +163,7 @@ def compute_dedup_reward(
     reward_fn: str | Callable,
     eos_token: int,
 ) -> torch.Tensor:
-    """Score every response: int[batch, pos], int[batch, trial, pos] -> float32[batch, trial].
+    """Score each response: int[batch, prompt_pos], int[batch, trial, pos] -> float32[batch, trial].
 
     ``reward_fn`` is a name from ``DEDUP_REWARD_FNS`` or a vectorised callable
     ``fn(prompts, responses, eos_token)``.
@@ -178,6 +190,8 @@ class SortDedupTask(PromptTask):
 
     Token ``vocab_size`` is EOS (as in ``AutoregressiveSortPolicy``). ``reward_fn``: a
     name from ``DEDUP_REWARD_FNS`` or a callable ``fn(prompts, responses, eos_token)``.
+
+    Taught in notebook 11.
     """
 
     name = "sort_dedup"
@@ -200,7 +214,9 @@ class SortDedupTask(PromptTask):
         by this key is stricter than by multiset or by ordering.
         """
         if prompts.ndim != 2:
-            raise ValueError(f"prompts must have shape [batch, pos], got {list(prompts.shape)}")
+            raise ValueError(
+                f"prompts must have shape [batch, prompt_pos], got {list(prompts.shape)}"
+            )
         present = torch.zeros(prompts.shape[0], self.vocab_size, dtype=torch.long)
         present.scatter_(1, prompts.long(), 1)
         return (present * 2 ** torch.arange(self.vocab_size)).sum(dim=-1)

@@ -20,6 +20,8 @@ The optional step metric ``frac_reward_zero_std`` (fraction of prompt groups who
 all tie; TRL's name) is used when the history has it. Without it, tied groups are
 recognised only in the extreme case: the gradient is exactly zero and either the reward is
 the same every epoch or the policy samples one response (entropy ~ 0).
+
+Taught in notebook 13.
 """
 
 from __future__ import annotations
@@ -103,7 +105,8 @@ LENGTH_LEARNING_GAIN = 0.2
 #: Exploding gradient: max grad_norm >= GRAD_SPIKE_REL x median grad_norm (>= 10 steps).
 GRAD_SPIKE_REL = 20.0
 
-#: The step metrics diagnose reads (kl may be None when the KL term is off).
+#: The step metrics diagnose reads (kl may be None when the KL term is off, clip_fraction
+#: when the loss never clips).
 REQUIRED_STEP_KEYS = (
     "epoch", "step", "inner_step", "loss", "mean_reward", "kl", "clip_fraction",
     "entropy", "ratio_mean", "grad_norm", "response_length",
@@ -156,7 +159,10 @@ def _finding(name: str, detail: str, *evidence: Evidence, severity: str = "warni
 
 
 def format_findings(findings: list[Finding]) -> str:
-    """Findings as plain text, one block each ('no findings' for an empty list)."""
+    """Findings as plain text, one block each ('no findings' for an empty list).
+
+    Taught in notebook 13.
+    """
     return "\n".join(str(f) for f in findings) if findings else "no findings: the run looks healthy"
 
 
@@ -194,7 +200,9 @@ def _split(history) -> tuple[list[dict], list[dict]]:
             if key in record:
                 nullable = (
                     key
-                    in ("kl", "validation_mean_reward") + OPTIONAL_STEP_KEYS + OPTIONAL_EVAL_KEYS
+                    in ("kl", "clip_fraction", "validation_mean_reward")
+                    + OPTIONAL_STEP_KEYS
+                    + OPTIONAL_EVAL_KEYS
                 )
                 _check_number(record[key], key, f"record {i}", nullable)
         (steps if kind == "step" else evals).append(record)
@@ -279,6 +287,8 @@ def diagnose(history, reward_max: float | None = None) -> list[Finding]:
     ``reward_max``: the reward's largest value (default: read from ``history.config`` when
     the run used a built-in sort reward); reward hacking uses it. Raises TypeError/ValueError
     naming the problem for an empty or malformed history or a bad ``reward_max``.
+
+    Taught in notebook 13.
     """
     steps, evals = _split(history)
     epochs, reward = _per_epoch(steps, "mean_reward")
@@ -445,7 +455,7 @@ def _kl_blowup(ctx) -> list[Finding]:
 
 
 def _clip(ctx) -> list[Finding]:
-    reused = [r for r in ctx["steps"] if r["inner_step"] > 0]
+    reused = [r for r in ctx["steps"] if r["inner_step"] > 0 and r["clip_fraction"] is not None]
     if not reused or ctx.get("zero_gradient"):
         return []  # one step per batch: the ratio is 1 by construction; or nothing moves
     clip = [r["clip_fraction"] for r in reused]
@@ -532,5 +542,8 @@ def _loss_near_zero(ctx) -> list[Finding]:
 
 
 def warnings_only(findings: list[Finding]) -> list[Finding]:
-    """The findings of severity 'warning' (drops the info notes)."""
+    """The findings of severity 'warning' (drops the info notes).
+
+    Taught in notebook 13.
+    """
     return [f for f in findings if f.severity == "warning"]

@@ -12,9 +12,11 @@ sum and can be computed exactly:
 That exact gradient is the yardstick for the Monte Carlo estimates (REINFORCE, with or
 without a baseline) used in notebooks 02 and 03.
 
-Shapes: prompts int[batch, pos]; all responses int[N, pos]; per-response quantities
+Shapes: prompts int[batch, prompt_pos]; all responses int[N, pos]; per-response quantities
 float[batch, N]; flattened parameter gradients float[num_params] (the model's
 parameters in ``model.parameters()`` order, each flattened and concatenated).
+
+Taught in notebooks 01, 02, 03.
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ def all_responses(vocab_size: int, length: int, max_responses: int = MAX_RESPONS
     Returns int64[N, length] with N = vocab_size ** length, in lexicographic order:
     row n holds the base-``vocab_size`` digits of n, first position most significant
     (``[0, 0, 0], [0, 0, 1], ...``). Raises ValueError if N > ``max_responses``.
+
+    Taught in notebook 01.
     """
     _check_positive_int(vocab_size, "vocab_size")
     _check_positive_int(length, "length")
@@ -89,7 +93,7 @@ def response_log_probs(
     prompt (true for every policy in this package), so log pi(a|s) = sum over pos.
     """
     _check_model(model)
-    check_ndim(prompts, 2, "prompts", "batch, pos")
+    check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
     check_integer(prompts, "prompts")
     responses = all_responses(model.vocab_size, _response_length(model, prompts), max_responses)
     expanded = repeat(responses, "n pos -> batch n pos", batch=prompts.shape[0])
@@ -98,15 +102,21 @@ def response_log_probs(
 
 
 def response_probs(model, prompts: torch.Tensor, max_responses: int = MAX_RESPONSES):
-    """pi(a | s) of every response: float[batch, N]; each row sums to 1. Differentiable."""
+    """pi(a | s) of every response: float[batch, N]; each row sums to 1. Differentiable.
+
+    Taught in notebooks 01, 02, 03.
+    """
     return response_log_probs(model, prompts, max_responses).exp()
 
 
 def enumerated_rewards(
     prompts: torch.Tensor, vocab_size: int, length: int, reward_fn: str | Callable
 ) -> torch.Tensor:
-    """R(s, a) for every prompt s and every response a: float32[batch, N]."""
-    check_ndim(prompts, 2, "prompts", "batch, pos")
+    """R(s, a) for every prompt s and every response a: float32[batch, N].
+
+    Taught in notebooks 01, 02, 03.
+    """
+    check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
     responses = all_responses(vocab_size, length)
     expanded = repeat(responses, "n pos -> batch n pos", batch=prompts.shape[0])
     return compute_reward(prompts, expanded, reward_fn)
@@ -117,6 +127,8 @@ def exact_expected_reward(model, prompts: torch.Tensor, reward_fn: str | Callabl
 
     ``reward_fn`` is anything ``compute_reward`` accepts (a name or a function).
     The mean over the batch is the objective E[R] for prompts drawn uniformly from it.
+
+    Taught in notebook 02.
     """
     log_probs = response_log_probs(model, prompts)  # [batch, N]
     rewards = enumerated_rewards(
@@ -129,6 +141,8 @@ def flat_grad(scalar: torch.Tensor, model: nn.Module) -> torch.Tensor:
     """Gradient of a scalar w.r.t. every parameter of ``model``, flattened: float[num_params].
 
     Parameters that the scalar does not depend on contribute zeros.
+
+    Taught in notebook 02.
     """
     if not isinstance(scalar, torch.Tensor) or scalar.numel() != 1:
         shape = list(scalar.shape) if isinstance(scalar, torch.Tensor) else type(scalar).__name__
@@ -149,6 +163,8 @@ def exact_policy_gradient(model, prompts: torch.Tensor, reward_fn: str | Callabl
     """Exact gradient of the objective mean_s E[R | s]: float[num_params].
 
     Computed by autograd through the enumerated sum sum_a pi(a|s) R(s, a); no sampling.
+
+    Taught in notebooks 02, 03.
     """
     return flat_grad(exact_expected_reward(model, prompts, reward_fn).mean(), model)
 
@@ -158,9 +174,11 @@ def score_functions(model, prompts: torch.Tensor) -> torch.Tensor:
 
     One row per (prompt, response); columns in ``flat_grad`` order. Raises ValueError
     if the table would exceed ``MAX_SCORE_ELEMENTS`` elements.
+
+    Taught in notebooks 02, 03.
     """
     _check_model(model)
-    check_ndim(prompts, 2, "prompts", "batch, pos")
+    check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
     n = model.vocab_size ** _response_length(model, prompts)
     size = prompts.shape[0] * n * num_params(model)
     if size > MAX_SCORE_ELEMENTS:
@@ -218,9 +236,11 @@ def reinforce_gradient_estimate(
 
     (Per-parameter baselines such as the variance-optimal b* need the score table,
     ``score_functions``; notebook 03 computes them.)
+
+    Taught in notebooks 02, 03.
     """
     _check_model(model)
-    check_ndim(prompts, 2, "prompts", "batch, pos")
+    check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
     _check_positive_int(num_samples, "num_samples")
     responses = sample_responses(model, prompts, num_samples, generator=generator)
     rewards = compute_reward(prompts, responses, reward_fn)  # [batch, trial]

@@ -27,6 +27,8 @@ V(s_{t+1}) and A_{t+1} of the next *policy* token across them, exactly as verl d
 (``verl/trainer/ppo/core_algos.py``, ``compute_gae_advantage_return``: "skip values and
 TD-error on observation tokens"). With a prefix mask (real tokens, then padding) this is
 the usual GAE. Every function keeps its input's floating dtype (float64 in, float64 out).
+
+Taught in notebooks 10, 15.
 """
 
 from __future__ import annotations
@@ -98,6 +100,8 @@ def outcome_token_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Te
     rewards float[batch, trial], mask [batch, trial, pos] (0/1, holes allowed) ->
     float[batch, trial, pos] in the rewards' floating dtype (zero everywhere else; a
     response with no policy token gets no reward).
+
+    Taught in notebooks 10, 15.
     """
     check_ndim(rewards, 2, "rewards", "batch, trial")
     mask = check_binary_mask(mask)
@@ -134,6 +138,8 @@ def compute_gae(
     flows (the values are treated as constants). Raises ValueError naming the argument
     for mismatched shapes, non-finite entries, gamma or lam outside [0, 1], or a mask
     with entries other than 0 and 1.
+
+    Taught in notebooks 10, 15.
     """
     check_ndim(rewards, 3, "rewards", "batch, trial, pos")
     check_ndim(values, 3, "values", "batch, trial, pos")

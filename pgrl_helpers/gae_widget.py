@@ -5,6 +5,8 @@
 * ``plot_gae_runs(histories, axes=None)``: those three curves, one line per run;
 * ``make_gae_widget(config)``: γ and λ sliders and a Run button; a click trains in the
   calling thread and redraws the plot (a PNG set directly, nothing printed into an Output).
+
+Taught in notebook 10.
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ GAE_PANELS: tuple[tuple[str, str], ...] = (
 def gae_curves(history: History) -> dict[str, list[float]]:
     """Per epoch of a PPO run (``advantage_estimator="gae"``): {'epoch', 'mean_reward',
     'value_loss', 'advantage_variance'} (the last two from the run's ``GAEEstimator``;
-    the variance is over the epoch's real tokens, before whitening)."""
+    the variance is over the epoch's real tokens, before whitening).
+
+    Taught in notebook 10.
+    """
     _check_history(history)
     estimator = getattr(history, "advantage_estimator", None)
     if not hasattr(estimator, "advantage_variances"):
@@ -48,11 +53,18 @@ def gae_curves(history: History) -> dict[str, list[float]]:
 
 
 def gae_label(config: TrainConfig) -> str:
+    """A run's legend label: its gamma and lambda, e.g. 'γ=1, λ=0.95'.
+
+    Taught in notebook 10.
+    """
     return f"γ={config.gamma:g}, λ={config.gae_lambda:g}"
 
 
 def plot_gae_runs(histories: Sequence[History], axes=None):
-    """The three ``GAE_PANELS`` against the epoch, one line per run (the last one bold)."""
+    """The three ``GAE_PANELS`` against the epoch, one line per run (the last one bold).
+
+    Taught in notebook 10.
+    """
     if axes is None:
         axes = Figure(figsize=(12, 3.2), dpi=80).subplots(1, len(GAE_PANELS))
     if len(axes) != len(GAE_PANELS):
@@ -128,7 +140,10 @@ class GAEWidget(widgets.VBox):
 
 def make_gae_widget(base_config: TrainConfig, initial_run: bool = True) -> GAEWidget:
     """The γ/λ widget for ``base_config``; ``initial_run`` trains it once at the sliders'
-    start values, so the first render (and ``widget.runs[0]``) is that fixed run."""
+    start values, so the first render (and ``widget.runs[0]``) is that fixed run.
+
+    Taught in notebook 10.
+    """
     widget = GAEWidget(base_config)
     if initial_run:
         widget.run()

@@ -15,6 +15,8 @@ for building the model; nothing here imports it.
 
 Shapes: prompts int[batch, prompt_pos] (values 0 .. vocab_size - 1), responses
 int64[batch, trial, pos] with pos = prompt_length.
+
+Taught in notebook 09.
 """
 
 from __future__ import annotations
@@ -92,8 +94,8 @@ class HFSortPolicy(nn.Module):
     # ---- tokens -----------------------------------------------------------------------
 
     def prompt_ids(self, prompts: torch.Tensor) -> torch.Tensor:
-        """prompts int[batch, pos] -> token ids int64[batch, pos + 1] ('3 1 4 :')."""
-        check_ndim(prompts, 2, "prompts", "batch, pos")
+        """prompts int[batch, prompt_pos] -> token ids int64[batch, prompt_pos + 1] ('3 1 4 :')."""
+        check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
         check_integer(prompts, "prompts")
         check_token_range(prompts, self.vocab_size, "prompts")
         if prompts.shape[1] != self.prompt_length:

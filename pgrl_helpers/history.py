@@ -3,11 +3,15 @@
 ``run_policy_gradient`` returns a ``History``: one ``"step"`` record per optimizer step
 and one ``"eval"`` record per evaluation. ``history_columns`` turns the records of one
 kind into columns for plotting.
+
+Taught in notebooks 07, 08, 10, 12, 13.
 """
 
 from __future__ import annotations
 
 import torch
+
+from ._validate import check_choice
 
 #: Every metric the history records, defined once (name -> one-line description).
 METRICS: dict[str, str] = {
@@ -18,8 +22,12 @@ METRICS: dict[str, str] = {
     "loss": "the minimised loss: policy loss + kl_coef * KL - entropy_coef * entropy",
     "mean_reward": "mean reward of the epoch's sampled responses (all prompts, all G)",
     "kl": "KL(policy || reference) per response, by kl_estimator; None when kl_coef is 0",
-    "clip_fraction": "fraction of real tokens whose gradient the clipped loss cuts: ratio above "
-    "1 + epsilon_high with delta > 0, or below 1 - epsilon with delta < 0 (0 unless 'clipped')",
+    "clip_fraction": "loss modes that clip ('clipped', 'dual_clip'): fraction of real tokens whose "
+    "gradient a clip cuts, ratio above 1 + epsilon_high with delta > 0 or below 1 - epsilon with "
+    "delta < 0 ('dual_clip' also: delta < 0 and ratio above dual_clip_c); None for the modes that "
+    "never cut a gradient (naive, unclipped, cispo, sapo, kl_cov)",
+    "weight_clip_fraction": "'cispo' only: fraction of real tokens whose importance weight is "
+    "clipped (ratio outside [1 - epsilon, 1 + epsilon_high]); their gradient is kept, only scaled",
     "frac_reward_zero_std": "fraction of prompt groups whose G rewards all tie (zero "
     "centred deltas: no gradient from that prompt); TRL's name",
     "entropy": "mean entropy (nats) of the policy over output positions of the epoch's prompts",
@@ -69,8 +77,10 @@ STEP_KEYS = (
     "response_length",
     "frac_reward_zero_std",
 )
-#: Step keys present only in some runs: the 'stale' source's weights, the time profile.
+#: Step keys present only in some runs: CISPO's weight clipping, the 'stale' source's
+#: weights, the time profile.
 OPTIONAL_STEP_KEYS = (
+    "weight_clip_fraction",
     "ess_fraction",
     "is_weight_max",
     "is_cut_fraction",
@@ -96,8 +106,8 @@ class History(list):
 
     Attributes: ``config``, ``model`` (the policy being trained), ``ref_model`` (the
     current frozen reference, or None), ``ref_refresh_epochs`` (epochs at which the
-    reference was refreshed), ``validation_prompts`` int[n, pos] (the validation set),
-    ``test_prompts`` int[n, pos] (the test set, disjoint from validation by key),
+    reference was refreshed), ``validation_prompts`` int[n, prompt_pos] (the validation set),
+    ``test_prompts`` int[n, prompt_pos] (the test set, disjoint from validation by key),
     ``heldout_keys`` int64[2n] (the task's keys of both sets), ``train_prompts`` (the
     lecture prompts, or the last random batch), ``num_train_prompts`` (prompts trained on,
     all epochs), ``train_prompts_with_heldout_key`` (how many of those had a held-out key:
@@ -121,12 +131,12 @@ class History(list):
         self.stop_reason: str | None = None
         #: epochs done when validation first reached ``target_validation_exact_sort`` (or None)
         self.target_epoch: int | None = None
-        #: the run's advantage estimator object (``advantages.build_estimator``); for
+        #: the run's advantage estimator object (``registry.build_estimator``); for
         #: 'gae' it holds the critic (``.critic``) and its per-epoch ``.value_losses``
         self.advantage_estimator = None
 
     def record_training_prompts(self, prompts: torch.Tensor, keys: torch.Tensor) -> None:
-        """Keep the epoch's prompts int[batch, pos] and count those whose key is held out."""
+        """Keep the epoch's prompts int[batch, prompt_pos]; count those whose key is held out."""
         self.train_prompts = prompts
         self.num_train_prompts += prompts.shape[0]
         self.train_prompts_with_heldout_key += int(torch.isin(keys, self.heldout_keys).sum())
@@ -152,18 +162,15 @@ class History(list):
         return max(after[0] - value for value in after)
 
 
-def _check_choice(value, valid: tuple[str, ...], name: str) -> None:
-    if value not in valid:
-        raise ValueError(f"unknown {name} {value!r}; valid values are: {', '.join(valid)}")
-
-
 def history_columns(history: list[dict], kind: str = "step") -> dict[str, list]:
     """Records of one kind ('step' or 'eval') as columns: {metric name: list of values}.
 
     Handy for plotting without pandas: ``cols = history_columns(h, "eval");
     plt.plot(cols["epoch"], cols["validation_exact_sort"])``.
+
+    Taught in notebooks 07, 08, 10, 13.
     """
-    _check_choice(kind, ("step", "eval"), "record kind")
+    check_choice(kind, ("step", "eval"), "record kind")
     records = [r for r in history if r.get("kind") == kind]
     keys = STEP_KEYS if kind == "step" else EVAL_KEYS
     if kind == "step":
@@ -177,6 +184,8 @@ def per_epoch(history: list[dict], metric: str) -> list:
     Epoch-level metrics (``mean_reward``, ``response_length``, ``frac_reward_zero_std``) are
     the same at every inner step of an epoch; this picks them once. Raises ValueError for a
     name that is not a step metric.
+
+    Taught in notebooks 07, 08.
     """
     if metric not in STEP_KEYS:
         raise ValueError(

@@ -8,6 +8,8 @@
   on the current one (asynchronous RL with staleness 1), timed against doing both in turn;
   ``overlap_model`` is the cost model (s + t) / max(s, t) fed by measured phase times.
 * ``kv_cache_bytes``: the rollouts' key/value cache (the memory line-up's missing term).
+
+Taught in notebook 12.
 """
 
 from __future__ import annotations

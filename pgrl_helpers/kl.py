@@ -22,13 +22,23 @@ in general (Tang & Munos 2025, arXiv 2506.09477): k1's expected gradient is 0, k
 grad KL(pi || pi_ref), k3's is grad KL(pi_ref || pi). ``kl_k3_bias_corrected`` (k3 times the
 differentiable ratio pi / pi_old: DeepSeek-V3.2, TRL ``use_bias_correction_kl``) restores
 grad KL(pi || pi_ref).
+
+Taught in notebooks 00, 05, 06, 09.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ._validate import MAX_LOG_RATIO, check_finite, check_mode, check_ndim, check_same_shape
+from ._validate import (
+    MAX_LOG_RATIO,
+    check_choice,
+    check_finite,
+    check_mode,
+    check_ndim,
+    check_number,
+    check_same_shape,
+)
 from .masking import masked_normalize
 
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3")
@@ -53,6 +63,8 @@ def kl_k1(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
     Not capped: -log w is finite for finite inputs, and its gradient (+-1) must keep
     pulling on the tokens that drifted furthest (verl and Schulman's k1 have no cap;
     OpenRLHF clamps the *output* of every estimator at +-10 instead).
+
+    Taught in notebook 05.
     """
     return -_log_w(log_probs, ref_log_probs)
 
@@ -62,6 +74,8 @@ def kl_k2(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
 
     A square of finite numbers: no overflow to guard against below ~1e154 (float64) or
     ~1e19 (float32), far beyond any log-prob difference.
+
+    Taught in notebook 05.
     """
     return 0.5 * _log_w(log_probs, ref_log_probs) ** 2
 
@@ -71,6 +85,8 @@ def kl_k3_unclamped(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> tor
 
     Mathematically >= 0 (log t <= t - 1); in floating point it can dip below 0 by
     round-off only. Use it to check that claim; ``kl_k3`` clamps the round-off away.
+
+    Taught in notebooks 05, 06.
     """
     log_r = _log_r(log_probs, ref_log_probs)
     # expm1 keeps precision when log_r is tiny (exp(u) - 1 - u in float32 loses it)
@@ -82,6 +98,8 @@ def kl_k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
 
     ``kl_k3_unclamped`` followed by clamp_min(0), which removes float round-off only (the
     unclamped value is never below about -1e-7 in float32; see the tests).
+
+    Taught in notebooks 05, 06.
     """
     return kl_k3_unclamped(log_probs, ref_log_probs).clamp_min(0)
 
@@ -124,6 +142,8 @@ def compute_kl_penalty(
 
     log_probs, ref_log_probs float[batch, trial, pos] (samples from the policy) ->
     sum over pos (one response's KL), then mean over batch and trial.
+
+    Taught in notebooks 05, 06, 09.
     """
     check_ndim(log_probs, 3, "log_probs", "batch, trial, pos")
     return kl_estimate(log_probs, ref_log_probs, estimator).sum(dim=-1).mean()
@@ -140,6 +160,8 @@ def categorical_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tens
     p_logits, q_logits float[..., vocab] (unnormalised logits; softmax is taken here)
     -> float[...] (one KL per distribution, in nats, >= 0). Both arguments must have the
     same shape; -inf logits are not allowed (the KL would be undefined or infinite).
+
+    Taught in notebook 05.
     """
     check_same_shape(p_logits, q_logits, "p_logits", "q_logits")
     if p_logits.ndim < 1:
@@ -155,12 +177,14 @@ def categorical_kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tens
 def policy_token_kl(prompts: torch.Tensor, model, ref_model) -> torch.Tensor:
     """Exact per-position reverse KL(model || ref_model) for position-independent policies.
 
-    prompts int[batch, pos] -> float[batch, pos]: at every output position the KL
+    prompts int[batch, prompt_pos] -> float[batch, pos]: at every output position the KL
     between the two next-token distributions softmax(logits). For a policy that
     decodes every position independently (``LectureModel``), the KL of a whole
     response is the sum over pos, which is what ``compute_kl_penalty`` estimates.
+
+    Taught in notebook 05.
     """
-    check_ndim(prompts, 2, "prompts", "batch, pos")
+    check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
     logits = model(prompts)
     ref_logits = ref_model(prompts)
     check_ndim(logits, 3, "model output (logits)", "batch, pos, vocab")
@@ -250,6 +274,29 @@ class AdaptiveKLController:
         error = min(max(current_kl / self.target - 1.0, -0.2), 0.2)
         self.value *= 1.0 + error * n_steps / self.horizon
         return self.value
+
+
+def check_kl_fields(config) -> None:
+    """Raise naming the first bad KL field of a ``TrainConfig``.
+
+    kl_coef a finite number >= 0; kl_estimator one of ``KL_ESTIMATORS``; the reference
+    model's refresh period and the adaptive controller's horizon positive ints. ``kl_target``
+    (the adaptive controller) starts from kl_coef, so it needs kl_coef > 0 and the KL term in
+    the loss (kl_in_reward False); ``AdaptiveKLController`` checks the target itself.
+    """
+    check_number(config.kl_coef, "kl_coef", 0, low_inclusive=True)
+    check_choice(config.kl_estimator, KL_ESTIMATORS, "kl_estimator")
+    period = config.compute_ref_model_period
+    check_number(period, "compute_ref_model_period", 1, low_inclusive=True, integer=True)
+    check_number(config.kl_horizon, "kl_horizon", 1, low_inclusive=True, integer=True)
+    if config.kl_target is not None:
+        if config.kl_coef <= 0 or config.kl_in_reward:
+            raise ValueError(
+                "kl_target adapts the KL term's coefficient, starting from kl_coef: it "
+                f"needs kl_coef > 0 and kl_in_reward False, got {config.kl_coef!r} and "
+                f"{config.kl_in_reward!r}"
+            )
+        AdaptiveKLController(config.kl_coef, config.kl_target, config.kl_horizon)  # checks
 
 
 def build_kl_controller(config):

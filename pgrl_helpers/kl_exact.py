@@ -10,6 +10,8 @@ instead of sampling, so that expectations and expected gradients are exact:
   2022, "RL with KL penalties is better viewed as Bayesian inference");
 * ``kl_placement_gradients``: the expected gradient of each way of putting the KL into training
   (an estimator in the loss; k1 in the reward, PPO-RLHF style; the bias-corrected k3).
+
+Taught in notebook 05.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ def estimator_stats(
     Returns {"kl": exact KL, name: {"exact_mean", "exact_std", "mc_mean", "mc_se"}}: the
     exact mean and per-sample std by enumerating the vocab, and the mean and standard error
     of ``num_samples`` tokens drawn from pi (seeded), as a training loop sees them.
+
+    Taught in notebook 05.
     """
     check_same_shape(logits, ref_logits, "logits", "ref_logits")
     if logits.ndim != 1:
@@ -72,7 +76,10 @@ def _check_bandit(logits, ref_logits, rewards, beta):
 def kl_regularized_objective(
     logits: torch.Tensor, ref_logits: torch.Tensor, rewards: torch.Tensor, beta: float
 ) -> torch.Tensor:
-    """J = E_pi[R] - beta KL(pi || pi_ref) for pi = softmax(logits); all float[vocab]."""
+    """J = E_pi[R] - beta KL(pi || pi_ref) for pi = softmax(logits); all float[vocab].
+
+    Taught in notebook 05.
+    """
     _check_bandit(logits, ref_logits, rewards, beta)
     p = torch.softmax(logits, -1)
     return (p * rewards).sum() - beta * categorical_kl(logits, ref_logits)
@@ -85,6 +92,8 @@ def kl_regularized_optimum(
 
     Because E_pi[R] - beta KL(pi || pi_ref) = beta log Z - beta KL(pi || pi*), the maximum is
     beta log Z, reached only at pi = pi*. float[vocab] -> float[vocab].
+
+    Taught in notebook 05.
     """
     _check_bandit(ref_logits, ref_logits, rewards, beta)
     return torch.log_softmax(torch.log_softmax(ref_logits, -1) + rewards / beta, -1)
@@ -118,6 +127,8 @@ def kl_placement_gradients(
     With pi_old = pi_theta the "k1 in the reward" rows and "k2 in the loss" equal
     grad KL(pi||pi_ref) and "k3 in the loss" equals grad KL(pi_ref||pi); once pi_old differs,
     only the rows with the ratio keep following grad KL(pi||pi_ref).
+
+    Taught in notebook 05.
     """
     check_same_shape(theta, ref_logits, "theta", "ref_logits")
     log_ref = torch.log_softmax(ref_logits, -1)

@@ -1,32 +1,52 @@
-"""Policy-gradient losses: naive (REINFORCE), unclipped ratio, clipped ratio (PPO/GRPO),
-the 2025 family: dual-clip PPO, CISPO, SAPO, and GSPO's sequence-level ratio, and KL-Cov
-(a penalty on the few tokens whose covariance drives entropy collapse).
+"""Policy-gradient losses, one function per loss mode, side by side in ``LOSS_FUNCTIONS``.
 
-Shapes: log_probs and old_log_probs float[batch, trial, pos] (one value per
-sampled token), deltas float[batch, trial] (one per response, broadcast over pos) or
-float[batch, trial, pos] (one per token, e.g. GAE advantages from ``pgrl_helpers.gae``).
-``compute_per_token_loss`` returns float[batch, trial, pos] so a caller can choose
-the reduction; ``compute_loss`` takes the mean over every token, as the lecture does.
+naive (REINFORCE), unclipped ratio, clipped ratio (PPO/GRPO, with DAPO's clip-higher), and
+the 2025 family: dual-clip PPO, CISPO, SAPO and KL-Cov (a penalty on the few tokens whose
+covariance drives entropy collapse); any ratio mode runs per token or, GSPO, per response.
+
+Every mode function has the same signature and returns ``(per_token_loss, metrics)``::
+
+    fn(log_probs, old_log_probs, delta, ratio, mask, options) -> (loss, {name: float})
+
+* ``log_probs`` float[batch, trial, pos]: the current policy's log-probs (with gradient);
+* ``old_log_probs`` float[batch, trial, pos]: the sampling policy's, frozen (None: naive);
+* ``delta`` float[batch, trial, 1] (one per response, broadcast over pos) or
+  float[batch, trial, pos] (one per token, e.g. GAE advantages from ``pgrl_helpers.gae``);
+* ``ratio``: pi / pi_old, float[batch, trial, pos] per token or float[batch, trial, 1] per
+  response (GSPO); None for naive, which reads no ratio;
+* ``mask`` bool[batch, trial, pos] or None (every slot real): the real tokens;
+* ``options``: a ``LossOptions`` (epsilon, epsilon_high, ...; a mode reads only its own).
+
+The loss is float[batch, trial, pos], or float[batch, trial, 1] when ratio and delta are
+both per response (it broadcasts over pos; ``per_token_loss_and_metrics`` expands it). The
+metrics are defined in the mode's docstring, next to its code, and measured over the real
+tokens: only the modes that clip report ``clip_fraction`` (the loop records None for the
+others). Adding a mode is one function plus one entry in ``LOSS_FUNCTIONS``.
+
+``compute_per_token_loss`` checks its inputs and returns the loss alone (the caller picks
+the reduction, e.g. ``masking.aggregate_loss``); ``compute_loss`` takes the mean over every
+token, as the lecture does; ``per_token_loss_and_metrics`` (the loop's entry) also returns
+the metrics. Notebook 04 teaches the ratio, the clip and the freeze pitfall, 06 one GRPO
+step, 11 the 2025 objectives.
+
+Taught in notebooks 00, 04, 05, 06, 08, 09, 11, 15.
 """
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 
 import torch
 
 from ._validate import (
     MAX_LOG_RATIO,
+    check_choice,
     check_finite,
-    check_mode,
     check_ndim,
+    check_number,
     check_same_shape,
 )
-from .covariance import check_kl_cov, kl_cov_tokens
-
-LOSS_MODES: tuple[str, ...] = (
-    "naive", "unclipped", "clipped", "dual_clip", "cispo", "sapo", "kl_cov",
-)  # fmt: skip
+from .covariance import kl_cov_tokens
 
 #: Where the importance ratio lives: one per token (PPO/GRPO) or one per response (GSPO).
 IMPORTANCE_SAMPLING_LEVELS: tuple[str, ...] = ("token", "sequence")
@@ -39,6 +59,204 @@ FREEZE_MESSAGE = (
 )
 
 
+@dataclass(frozen=True)
+class LossOptions:
+    """The loss modes' settings, checked on construction; each mode reads only its own.
+
+    ``epsilon`` (eps_l) and ``epsilon_high`` (eps_h; None: epsilon) are the clip edges
+    1 - eps_l and 1 + eps_h (clipped, dual_clip, cispo); ``epsilon`` >= 1 switches the lower
+    edge off. ``dual_clip_c`` > 1 (dual_clip), ``sapo_temperature_pos`` / ``_neg`` > 0
+    (sapo, for delta > 0 / <= 0), ``kl_cov_ratio`` in (0, 1] and ``kl_cov_coef`` >= 0
+    (kl_cov), ``importance_sampling_level`` 'token' or 'sequence' (GSPO; every ratio mode).
+    Defaults: PPO's epsilon 0.2, dual-clip PPO's c = 3, TRL's SAPO temperatures, verl's
+    KL-Cov settings.
+    """
+
+    epsilon: float = 0.2
+    epsilon_high: float | None = None
+    dual_clip_c: float = 3.0
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
+    kl_cov_ratio: float = 0.002
+    kl_cov_coef: float = 1.0
+    importance_sampling_level: str = "token"
+
+    def __post_init__(self) -> None:
+        check_number(self.epsilon, "epsilon", 0)
+        check_number(self.epsilon_high, "epsilon_high", 0, allow_none=True)
+        check_number(self.dual_clip_c, "dual_clip_c", 1)
+        check_number(self.sapo_temperature_pos, "sapo_temperature_pos", 0)
+        check_number(self.sapo_temperature_neg, "sapo_temperature_neg", 0)
+        check_number(self.kl_cov_ratio, "kl_cov_ratio", 0, 1)
+        check_number(self.kl_cov_coef, "kl_cov_coef", 0, low_inclusive=True)
+        check_choice(
+            self.importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS, "importance_sampling_level"
+        )
+
+    @property
+    def upper(self) -> float:
+        """eps_h: ``epsilon_high``, or ``epsilon`` when it is None (the symmetric clip)."""
+        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+
+def loss_options(config, level: str = "token") -> LossOptions:
+    """The loss settings of a ``TrainConfig`` (epsilon ... kl_cov_coef) at ratio ``level``.
+
+    Building the ``LossOptions`` checks every field (naming it and its bound).
+    """
+    return LossOptions(
+        epsilon=config.epsilon,
+        epsilon_high=config.epsilon_high,
+        dual_clip_c=config.dual_clip_c,
+        sapo_temperature_pos=config.sapo_temperature_pos,
+        sapo_temperature_neg=config.sapo_temperature_neg,
+        kl_cov_ratio=config.kl_cov_ratio,
+        kl_cov_coef=config.kl_cov_coef,
+        importance_sampling_level=level,
+    )
+
+
+def check_loss_fields(config) -> None:
+    """Raise naming the first bad loss field of a ``TrainConfig``.
+
+    ``loss_mode`` one of ``LOSS_MODES``; its options checked by ``loss_options``; KL-Cov
+    penalises single tokens, so it needs ``policy_objective`` 'token'.
+    """
+    check_choice(config.loss_mode, LOSS_MODES, "loss_mode")
+    loss_options(config)
+    if config.loss_mode == "kl_cov" and config.policy_objective != "token":
+        raise ValueError(
+            "loss_mode 'kl_cov' penalises single tokens: it needs policy_objective "
+            f"'token', got {config.policy_objective!r}"
+        )
+
+
+def _fraction(flags: torch.Tensor, mask: torch.Tensor | None, shape) -> float:
+    """Fraction of the real tokens (``mask``; None: all) where ``flags`` (broadcast to
+    ``shape``) holds; NaN when the mask selects no token."""
+    flags = flags.expand(shape)
+    return (flags if mask is None else flags[mask]).float().mean().item()
+
+
+def _ppo_objective(ratio, delta, options) -> torch.Tensor:
+    """PPO-clip's objective (maximised): min(r A, clip(r, 1 - eps_l, 1 + eps_h) A)."""
+    clipped_ratio = ratio.clamp(1 - options.epsilon, 1 + options.upper)
+    return torch.minimum(ratio * delta, clipped_ratio * delta)
+
+
+def _ppo_cut(ratio, delta, options) -> torch.Tensor:
+    """bool: the clipped PPO term is active, so the token's gradient is 0 (``clip_mask``)."""
+    high = (delta > 0) & (ratio > 1 + options.upper)
+    return high | (delta < 0) & (ratio < 1 - options.epsilon)
+
+
+# --------------------------------------------------------------------------------------
+# One function per loss mode (the signature and shapes: the module docstring)
+# --------------------------------------------------------------------------------------
+
+
+def naive_loss(log_probs, old_log_probs, delta, ratio, mask, options):
+    """REINFORCE (Williams 1992): -log pi * A. No ratio, no metrics."""
+    return -log_probs * delta, {}
+
+
+def unclipped_loss(log_probs, old_log_probs, delta, ratio, mask, options):
+    """-r A: the importance-weighted surrogate L^CPI (PPO, Schulman et al. 2017, arXiv
+    1707.06347, eq. 6); its gradient at r = 1 is REINFORCE's. No metrics."""
+    return -ratio * delta, {}
+
+
+def clipped_loss(log_probs, old_log_probs, delta, ratio, mask, options):
+    """-min(r A, clip(r, 1 - eps_l, 1 + eps_h) A): PPO-clip (arXiv 1707.06347, eq. 7), as in
+    GRPO (arXiv 2402.03300, eq. 3); eps_h != eps_l is DAPO's clip-higher (arXiv 2503.14476).
+
+    Metric ``clip_fraction``: real tokens whose gradient the clip cuts, A > 0 with
+    r > 1 + eps_h or A < 0 with r < 1 - eps_l (``clip_mask``; GSPO: every token of a
+    clipped response).
+    """
+    objective = _ppo_objective(ratio, delta, options)
+    cut = _ppo_cut(ratio, delta, options)
+    return -objective, {"clip_fraction": _fraction(cut, mask, log_probs.shape)}
+
+
+def dual_clip_loss(log_probs, old_log_probs, delta, ratio, mask, options):
+    """PPO-clip, and for A < 0 the objective bounded below by c A:
+    -max(min(r A, clip(r) A), c A) with c = ``dual_clip_c`` > 1 (dual-clip PPO, Ye et al.
+    2020, arXiv 1912.09729). A huge ratio on a bad token no longer gives an unbounded update.
+
+    Metric ``clip_fraction``: real tokens whose gradient a clip cuts: PPO's (``clip_mask``)
+    plus A < 0 with r > c.
+    """
+    objective = _ppo_objective(ratio, delta, options)
+    bounded = torch.maximum(objective, options.dual_clip_c * delta)
+    objective = torch.where(delta < 0, bounded, objective)
+    cut = _ppo_cut(ratio, delta, options) | (delta < 0) & (ratio > options.dual_clip_c)
+    return -objective, {"clip_fraction": _fraction(cut, mask, log_probs.shape)}
+
+
+def cispo_loss(log_probs, old_log_probs, delta, ratio, mask, options):
+    """-sg(clip(r, 1 - eps_l, 1 + eps_h)) A log pi (CISPO, MiniMax-M1, arXiv 2506.13585,
+    eq. 4-5; sg = stop-gradient): the *weight* is clipped, so no token's gradient is dropped.
+
+    Metric ``weight_clip_fraction``: real tokens whose weight is clipped, r outside
+    [1 - eps_l, 1 + eps_h] (gradient kept, only scaled; not a ``clip_fraction``).
+    """
+    weight = ratio.clamp(1 - options.epsilon, 1 + options.upper).detach()
+    outside = (ratio < 1 - options.epsilon) | (ratio > 1 + options.upper)
+    return -weight * delta * log_probs, {
+        "weight_clip_fraction": _fraction(outside, mask, log_probs.shape)
+    }
+
+
+def sapo_loss(log_probs, old_log_probs, delta, ratio, mask, options):
+    """-(4 / tau) sigmoid(tau (r - 1)) A, tau = ``sapo_temperature_pos`` for A > 0 and
+    ``sapo_temperature_neg`` otherwise (SAPO, arXiv 2511.20347; TRL's ``loss_type="sapo"``):
+    a soft gate with gradient weight 4 sigma (1 - sigma) r, 1 at r = 1. It never clips: no
+    metrics.
+    """
+    tau = torch.where(
+        delta > 0,
+        torch.full_like(delta, float(options.sapo_temperature_pos)),
+        torch.full_like(delta, float(options.sapo_temperature_neg)),
+    )
+    return -torch.sigmoid(tau * (ratio - 1)) * (4 / tau) * delta, {}
+
+
+def kl_cov_loss(log_probs, old_log_probs, delta, ratio, mask, options):
+    """-r A, plus ``kl_cov_coef`` |log pi - log pi_old| on the ``kl_cov_ratio`` fraction of
+    real tokens with the largest covariance (log pi - mean)(A - mean) (``kl_cov_tokens``;
+    KL-Cov, Cui et al. 2025, arXiv 2505.22617; verl's ``loss_mode="kl_cov"``). Token level
+    only. No metrics.
+    """
+    if options.importance_sampling_level != "token":
+        raise ValueError(
+            "loss mode 'kl_cov' penalises single tokens: it needs importance_sampling_level "
+            f"'token', got {options.importance_sampling_level!r}"
+        )
+    chosen = kl_cov_tokens(log_probs, delta.expand(log_probs.shape), options.kl_cov_ratio, mask)
+    penalty = options.kl_cov_coef * (log_probs - old_log_probs).abs()
+    return -ratio * delta + torch.where(chosen, penalty, torch.zeros_like(penalty)), {}
+
+
+#: loss mode -> ``fn(log_probs, old_log_probs, delta, ratio, mask, options) -> (loss, metrics)``.
+LOSS_FUNCTIONS: dict[str, object] = {
+    "naive": naive_loss,
+    "unclipped": unclipped_loss,
+    "clipped": clipped_loss,
+    "dual_clip": dual_clip_loss,
+    "cispo": cispo_loss,
+    "sapo": sapo_loss,
+    "kl_cov": kl_cov_loss,
+}
+LOSS_MODES: tuple[str, ...] = tuple(LOSS_FUNCTIONS)
+#: The modes that read no ratio (and so need no old_log_probs).
+RATIO_FREE_MODES: tuple[str, ...] = ("naive",)
+
+# --------------------------------------------------------------------------------------
+# The ratio, the checked entry points
+# --------------------------------------------------------------------------------------
+
+
 def compute_ratio(
     log_probs: torch.Tensor, old_log_probs: torch.Tensor, max_log_ratio: float = MAX_LOG_RATIO
 ) -> torch.Tensor:
@@ -46,20 +264,11 @@ def compute_ratio(
 
     The log-ratio is clamped to [-max_log_ratio, max_log_ratio] first, so the ratio
     (and its gradient) can never be inf or NaN; beyond the clamp the gradient is 0.
+
+    Taught in notebook 06.
     """
     check_same_shape(log_probs, old_log_probs, "log_probs", "old_log_probs")
     return torch.exp((log_probs - old_log_probs).clamp(-max_log_ratio, max_log_ratio))
-
-
-def _check_number(value, name: str, low: float = 0.0) -> None:
-    """value must be a finite real number > low (bools refused)."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value <= low
-    ):
-        raise ValueError(f"{name} must be a finite number > {low:g}, got {value!r}")
 
 
 def _check_deltas(deltas, shape) -> None:
@@ -78,43 +287,8 @@ def _per_token(deltas: torch.Tensor) -> torch.Tensor:
     return deltas[:, :, None] if deltas.ndim == 2 else deltas
 
 
-def _check_inputs(log_probs, deltas, mode, old_log_probs, epsilon, check_frozen, epsilon_high=None):
-    check_mode(mode, LOSS_MODES, "loss mode")
-    check_ndim(log_probs, 3, "log_probs", "batch, trial, pos")
-    _check_deltas(deltas, log_probs.shape)
-    check_finite(deltas, "deltas")
-    check_finite(log_probs, "log_probs")
-    if mode != "naive":
-        if old_log_probs is None:
-            raise ValueError(
-                f"loss mode {mode!r} needs old_log_probs (the frozen log-probs of the "
-                "policy that sampled the responses)"
-            )
-        check_same_shape(log_probs, old_log_probs, "log_probs", "old_log_probs")
-        check_finite(old_log_probs, "old_log_probs")
-        if check_frozen and old_log_probs.requires_grad:
-            raise ValueError(FREEZE_MESSAGE)
-    if mode in ("clipped", "dual_clip", "cispo") and (
-        isinstance(epsilon, bool)
-        or not isinstance(epsilon, (int, float))
-        or not math.isfinite(epsilon)
-        or epsilon <= 0
-    ):
-        raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}")
-    if epsilon_high is not None and (
-        isinstance(epsilon_high, bool)
-        or not isinstance(epsilon_high, (int, float))
-        or not math.isfinite(epsilon_high)
-        or epsilon_high <= 0
-    ):
-        raise ValueError(
-            f"epsilon_high must be a positive finite number or None, got {epsilon_high!r}"
-        )
-
-
-def _check_mask(mask, log_probs, importance_sampling_level) -> torch.Tensor | None:
+def _bool_mask(mask, log_probs) -> torch.Tensor | None:
     """The response mask as bool[batch, trial, pos] (None: every slot is real)."""
-    check_mode(importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS, "importance_sampling_level")
     if mask is None:
         return None
     check_same_shape(log_probs, mask, "log_probs", "mask")
@@ -122,12 +296,19 @@ def _check_mask(mask, log_probs, importance_sampling_level) -> torch.Tensor | No
         if not ((mask == 0) | (mask == 1)).all():
             raise ValueError("mask must hold only 0 and 1 (or be bool)")
         mask = mask != 0
-    if importance_sampling_level == "sequence" and not mask.any(dim=-1).all():
-        raise ValueError(
-            "mask: importance_sampling_level 'sequence' averages each response's log-ratio "
-            "over its real tokens, but some response has none (an all-zero mask row)"
-        )
     return mask
+
+
+def _check_old(mode, log_probs, old_log_probs, check_frozen) -> None:
+    if old_log_probs is None:
+        raise ValueError(
+            f"loss mode {mode!r} needs old_log_probs (the frozen log-probs of the "
+            "policy that sampled the responses)"
+        )
+    check_same_shape(log_probs, old_log_probs, "log_probs", "old_log_probs")
+    check_finite(old_log_probs, "old_log_probs")
+    if check_frozen and old_log_probs.requires_grad:
+        raise ValueError(FREEZE_MESSAGE)
 
 
 def sequence_log_ratio(
@@ -141,12 +322,63 @@ def sequence_log_ratio(
     by 0), so a NaN there cannot leak in.
     """
     check_same_shape(log_probs, old_log_probs, "log_probs", "old_log_probs")
-    mask = _check_mask(mask, log_probs, "sequence")
+    mask = _bool_mask(mask, log_probs)
     diff = log_probs - old_log_probs
     if mask is None:
         return diff.mean(dim=-1, keepdim=True)
+    if not mask.any(dim=-1).all():
+        raise ValueError(
+            "mask: importance_sampling_level 'sequence' averages each response's log-ratio "
+            "over its real tokens, but some response has none (an all-zero mask row)"
+        )
     total = torch.where(mask, diff, torch.zeros_like(diff)).sum(dim=-1, keepdim=True)
     return total / mask.sum(dim=-1, keepdim=True).to(diff.dtype)
+
+
+def _importance_ratio(log_probs, old_log_probs, level: str, mask) -> torch.Tensor:
+    """r_t (token: float[batch, trial, pos]) or GSPO's s_i (sequence: float[batch, trial, 1]),
+    the log-ratio clamped to +-MAX_LOG_RATIO before exp (arXiv 2507.18071 eq. 5-7)."""
+    if level == "token":
+        return compute_ratio(log_probs, old_log_probs)
+    log_s = sequence_log_ratio(log_probs, old_log_probs, mask)
+    return torch.exp(log_s.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+
+
+def per_token_loss_and_metrics(
+    log_probs: torch.Tensor,
+    deltas: torch.Tensor,
+    mode: str,
+    old_log_probs: torch.Tensor | None = None,
+    options: LossOptions = LossOptions(),
+    *,
+    check_frozen: bool = True,
+    mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """(per-token loss float[batch, trial, pos], the mode's metrics): the checked dispatch to
+    ``LOSS_FUNCTIONS[mode]``, with the ratio at ``options.importance_sampling_level``.
+
+    log_probs float[batch, trial, pos]; deltas float[batch, trial] or [batch, trial, pos];
+    old_log_probs float[batch, trial, pos], frozen (unless ``check_frozen=False``), needed by
+    every mode but naive; ``mask`` float/bool[batch, trial, pos] (None: all real) is read
+    by the sequence level, by kl_cov and by the metrics. The loop's objectives call this
+    (``registry.POLICY_OBJECTIVES``).
+    """
+    check_choice(mode, LOSS_FUNCTIONS, "loss mode")
+    check_ndim(log_probs, 3, "log_probs", "batch, trial, pos")
+    _check_deltas(deltas, log_probs.shape)
+    check_finite(deltas, "deltas")
+    check_finite(log_probs, "log_probs")
+    if not isinstance(options, LossOptions):
+        raise TypeError(f"options must be a LossOptions, got {type(options).__name__}")
+    bool_mask = _bool_mask(mask, log_probs)
+    ratio = None
+    if mode not in RATIO_FREE_MODES:
+        _check_old(mode, log_probs, old_log_probs, check_frozen)
+        level = options.importance_sampling_level
+        ratio = _importance_ratio(log_probs, old_log_probs, level, bool_mask)
+    fn = LOSS_FUNCTIONS[mode]
+    loss, metrics = fn(log_probs, old_log_probs, _per_token(deltas), ratio, bool_mask, options)
+    return loss.expand(log_probs.shape), metrics
 
 
 def compute_per_token_loss(
@@ -157,104 +389,44 @@ def compute_per_token_loss(
     epsilon: float = 0.2,
     check_frozen: bool = True,
     epsilon_high: float | None = None,
-    return_clip_mask: bool = False,
     *,
     importance_sampling_level: str = "token",
     mask: torch.Tensor | None = None,
-    dual_clip_c: float = 3.0,
-    sapo_temperature_pos: float = 1.0,
-    sapo_temperature_neg: float = 1.05,
-    kl_cov_ratio: float = 0.002,
-    kl_cov_coef: float = 1.0,
-) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Per-token loss float[batch, trial, pos]; minimise its (masked) mean.
+    **mode_options,
+) -> torch.Tensor:
+    """Per-token loss float[batch, trial, pos] of loss ``mode``; minimise its (masked) mean.
 
-    With r the importance ratio, A = delta (broadcast over pos), eps_l = epsilon,
-    eps_h = epsilon_high (None: epsilon) and sg the stop-gradient:
+    With r the importance ratio, A = delta (broadcast over pos), eps_l = ``epsilon``,
+    eps_h = ``epsilon_high`` (None: epsilon), sg the stop-gradient (each mode's function
+    in ``LOSS_FUNCTIONS`` cites its paper):
 
     * ``naive``:     -log_probs * A
-    * ``unclipped``: -r * A
+    * ``unclipped``: -r A
     * ``clipped``:   -min(r A, clip(r, 1 - eps_l, 1 + eps_h) A)   (PPO/GRPO; DAPO clip-higher)
-    * ``dual_clip``: as ``clipped``, but for A < 0 the objective is bounded below by
-      ``dual_clip_c`` * A: -max(min(r A, clip(r) A), c A) (Ye et al. 2020, arXiv 1912.09729,
-      dual-clip PPO); c > 1. Stops a huge ratio on a bad token from giving an unbounded update.
-    * ``cispo``:     -sg(clip(r, 1 - eps_l, 1 + eps_h)) * A * log_probs (MiniMax-M1, arXiv
-      2506.13585, eq. 4-5): the *weight* is clipped, so no token's gradient is dropped.
-    * ``sapo``:      -(4 / tau) sigmoid(tau (r - 1)) * A with tau = ``sapo_temperature_pos``
-      for A > 0 and ``sapo_temperature_neg`` otherwise (SAPO, arXiv 2511.20347; TRL's
-      ``loss_type="sapo"``): a soft gate, gradient weight 4 sigma (1 - sigma) r A, 1 at r = 1.
-    * ``kl_cov``:    -r A, plus ``kl_cov_coef`` * |log_probs - old_log_probs| on the
-      ``kl_cov_ratio`` fraction of real tokens with the largest covariance
-      (log pi - mean) (A - mean) (``kl_cov_tokens``; Cui et al. 2025, arXiv 2505.22617,
-      KL-Cov; verl's ``loss_mode="kl_cov"``). Token level only; reads ``mask``.
+    * ``dual_clip``: -max(min(r A, clip(r) A), c A) for A < 0, c = ``dual_clip_c`` > 1
+    * ``cispo``:     -sg(clip(r, 1 - eps_l, 1 + eps_h)) A log_probs
+    * ``sapo``:      -(4 / tau) sigmoid(tau (r - 1)) A, tau by the sign of A
+    * ``kl_cov``:    -r A + ``kl_cov_coef`` |log_probs - old_log_probs| on the top
+      ``kl_cov_ratio`` of real tokens by covariance (token level only; reads ``mask``)
 
-    ``importance_sampling_level``: ``"token"`` (r_t = exp(log_probs - old_log_probs) per
-    token, ``compute_ratio``) or ``"sequence"`` (GSPO: one ratio per response,
-    s_i = exp(``sequence_log_ratio``), the mean log-ratio over the response's real tokens,
-    broadcast over pos; arXiv 2507.18071 eq. 5-7). ``mask`` float/bool[batch, trial, pos]
-    says which slots are real (None: all); the sequence level and ``kl_cov`` read it. Aggregate
-    the result with ``masking.aggregate_loss`` (GSPO's eq. 5 is ``sequence_mean``).
+    ``importance_sampling_level``: ``"token"`` (r_t per token, ``compute_ratio``) or
+    ``"sequence"`` (GSPO: s_i = exp(``sequence_log_ratio``), one ratio per response,
+    broadcast over pos). ``mask`` float/bool[batch, trial, pos] says which slots are real
+    (None: all); aggregate the result with ``masking.aggregate_loss`` (GSPO's eq. 5 is
+    ``sequence_mean``). ``mode_options``: ``dual_clip_c``, ``sapo_temperature_pos``,
+    ``sapo_temperature_neg``, ``kl_cov_ratio``, ``kl_cov_coef`` (``LossOptions``, which
+    checks every option, whatever the mode). All modes have the same gradient as ``naive``
+    when old_log_probs equal log_probs (detached). For the clipped tokens call ``clip_mask``;
+    for the metrics, ``per_token_loss_and_metrics``.
 
-    All modes have the same gradient as ``naive`` when old_log_probs equal log_probs
-    (detached). ``epsilon`` any positive finite number (>= 1: the lower edge never binds).
-    ``return_clip_mask=True`` (token level, naive / unclipped / clipped only) also
-    returns ``clip_mask(...)``.
+    Taught in notebooks 04, 06, 08, 11, 15.
     """
-    _check_inputs(log_probs, deltas, mode, old_log_probs, epsilon, check_frozen, epsilon_high)
-    bool_mask = _check_mask(mask, log_probs, importance_sampling_level)
-    if mode == "dual_clip":
-        _check_number(dual_clip_c, "dual_clip_c", low=1.0)
-    if mode == "sapo":
-        _check_number(sapo_temperature_pos, "sapo_temperature_pos")
-        _check_number(sapo_temperature_neg, "sapo_temperature_neg")
-    if mode == "kl_cov":
-        check_kl_cov(kl_cov_ratio, kl_cov_coef, importance_sampling_level)
-    if return_clip_mask and (
-        mode not in ("naive", "unclipped", "clipped") or importance_sampling_level != "token"
-    ):
-        raise ValueError(
-            f"return_clip_mask supports token-level naive / unclipped / clipped only, got mode "
-            f"{mode!r} with importance_sampling_level {importance_sampling_level!r}"
-        )
-    delta = _per_token(deltas)  # [batch, trial, 1] broadcasts over pos, or per token
-    upper = epsilon if epsilon_high is None else epsilon_high
-    if mode == "naive":
-        loss = -log_probs * delta
-    else:
-        if importance_sampling_level == "token":
-            ratio = compute_ratio(log_probs, old_log_probs)
-        else:  # one ratio per response, [batch, trial, 1]
-            log_s = sequence_log_ratio(log_probs, old_log_probs, bool_mask)
-            ratio = torch.exp(log_s.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
-        if mode == "unclipped":
-            loss = -ratio * delta
-        elif mode in ("clipped", "dual_clip"):
-            clipped_ratio = ratio.clamp(1 - epsilon, 1 + upper)
-            objective = torch.minimum(ratio * delta, clipped_ratio * delta)
-            if mode == "dual_clip":
-                bounded = torch.maximum(objective, dual_clip_c * delta)
-                objective = torch.where(delta < 0, bounded, objective)
-            loss = -objective
-        elif mode == "cispo":
-            weight = ratio.clamp(1 - epsilon, 1 + upper).detach()
-            loss = -weight * delta * log_probs
-        elif mode == "kl_cov":
-            chosen = kl_cov_tokens(log_probs, deltas, kl_cov_ratio, bool_mask)
-            penalty = kl_cov_coef * (log_probs - old_log_probs).abs()
-            loss = -ratio * delta + torch.where(chosen, penalty, torch.zeros_like(penalty))
-        else:  # sapo
-            tau = torch.where(
-                delta > 0,
-                torch.full_like(delta, float(sapo_temperature_pos)),
-                torch.full_like(delta, float(sapo_temperature_neg)),
-            )
-            loss = -torch.sigmoid(tau * (ratio - 1)) * (4 / tau) * delta
-        loss = loss.expand(log_probs.shape)
-    if not return_clip_mask:
-        return loss
-    if mode != "clipped":
-        return loss, torch.zeros(log_probs.shape, dtype=torch.int8)
-    return loss, clip_mask(log_probs, old_log_probs, deltas, epsilon, epsilon_high)
+    options = LossOptions(
+        epsilon, epsilon_high, importance_sampling_level=importance_sampling_level, **mode_options
+    )
+    return per_token_loss_and_metrics(
+        log_probs, deltas, mode, old_log_probs, options, check_frozen=check_frozen, mask=mask
+    )[0]
 
 
 def compute_loss(
@@ -274,6 +446,8 @@ def compute_loss(
     (``importance_sampling_level``, ``dual_clip_c``, the SAPO temperatures). For
     variable-length responses use ``compute_per_token_loss`` with
     ``masking.aggregate_loss`` instead of this mean.
+
+    Taught in notebooks 04, 05, 06, 09.
     """
     if "mask" in objective_options:
         raise ValueError(
@@ -330,7 +504,10 @@ def clip_fraction(
     or delta < 0 and ratio < 1 - epsilon (see ``clip_mask``): exactly the tokens where
     ``clipped`` has zero gradient. A ratio outside the range with the other sign of
     delta is *not* counted (its gradient is kept). ``mask`` (float[batch, trial, pos],
-    optional) restricts the count to real response tokens.
+    optional) restricts the count to real response tokens. The loop records the same
+    number as ``clipped_loss``'s metric.
+
+    Taught in notebooks 04, 06.
     """
     with torch.no_grad():
         clipped = clip_mask(log_probs, old_log_probs, deltas, epsilon, epsilon_high) != 0

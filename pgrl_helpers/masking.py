@@ -36,6 +36,8 @@ Micro-batches: when one optimizer batch is split into micro-batches for gradient
 accumulation, the counts (``num_sequences``, ``num_tokens``) must be those of the WHOLE
 optimizer batch. Normalising each micro-batch by its own count and summing gives a
 different (and batch-split-dependent) loss; see ``aggregate_loss``.
+
+Taught in notebooks 08, 11, 15.
 """
 
 from __future__ import annotations
@@ -87,6 +89,8 @@ def masked_mean(tensor: torch.Tensor, mask: torch.Tensor, dim: int | None = None
     scalar, ``dim=d`` reduces that axis only (e.g. ``dim=-1``: per-response mean over
     its tokens -> [batch, trial]). Raises ValueError if the mask selects nothing
     (overall, or in any slice along ``dim``) instead of returning 0/0 = NaN.
+
+    Taught in notebook 08.
     """
     bool_mask = _check_mask(tensor, mask)
     dim = _check_dim(dim, tensor.ndim)
@@ -151,6 +155,8 @@ def aggregate_loss(
     loss of 0 for an all-masked micro-batch; drop such a micro-batch instead), and the
     counts must be positive ints (OpenRLHF also accepts fractional token counts for
     gradient accumulation).
+
+    Taught in notebooks 08, 11, 15.
     """
     check_mode(aggregation, LOSS_AGGREGATIONS, "loss aggregation")
     check_ndim(per_token_loss, 3, "per_token_loss", "batch, trial, pos")
@@ -197,6 +203,8 @@ def effective_token_weights(
     For the naive loss l_it = -delta_i log pi_it (and for the ratio losses at ratio 1),
     -grad(loss) = sum_it w_it grad log pi_it. Padding slots get weight 0. Computed by
     autograd through ``aggregate_loss``, so it is the real thing, not a formula.
+
+    Taught in notebook 08.
     """
     check_ndim(mask, 3, "mask", "batch, trial, pos")
     check_ndim(deltas, 2, "deltas", "batch, trial")

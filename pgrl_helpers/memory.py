@@ -21,6 +21,8 @@ second moments), the accounting of ZeRO (Rajbhandari et al. 2020, arXiv 1910.020
 A trained copy is then 16 bytes per parameter and a frozen one 2: GRPO = 16 + 2 = 18, PPO =
 18 + 16 = 34 bytes per parameter. ``measure_copies`` checks these constants against the bytes
 that real torch modules and a real Adam step allocate.
+
+Taught in notebooks 07, 10, 12.
 """
 
 from __future__ import annotations
@@ -111,6 +113,8 @@ def memory_breakdown(
     No row for the old policy (its log-probs are cached per token: ``logprob_cache_bytes``).
     ``value_params``: size of PPO's value model (default: the policy's). ``reward_model_params``:
     adds a frozen learned reward model (RLHF); leave None for a verifiable reward.
+
+    Taught in notebooks 07, 10, 12.
     """
     _check_count(num_params, "num_params")
     _check_count(value_params, "value_params", allow_none=True)
@@ -140,13 +144,18 @@ def total_memory(
     """Total bytes of the per-parameter rows (no KV cache, activations or log-prob cache).
 
     With ``MIXED_ADAM``: 18 bytes per parameter for GRPO, 34 for PPO.
+
+    Taught in notebook 07.
     """
     rows = memory_breakdown(num_params, algorithm, precision, **extra_models)
     return sum(row["total"] for row in rows)
 
 
 def logprob_cache_bytes(num_tokens: float, bytes_per_value: float = 4.0) -> float:
-    """Bytes of one cached log-prob per sampled token (old policy, or reference), fp32."""
+    """Bytes of one cached log-prob per sampled token (old policy, or reference), fp32.
+
+    Taught in notebook 07.
+    """
     _check_count(num_tokens, "num_tokens")
     return float(num_tokens * bytes_per_value)
 
@@ -161,6 +170,8 @@ def kv_cache_bytes(
     """KV cache of the rollouts: 2 (K and V) x layers x kv_heads x head_dim x tokens x bytes.
 
     ``num_tokens`` = sequences generated at once x (prompt + response) length.
+
+    Taught in notebook 07.
     """
     for name, value in dict(
         num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim, num_tokens=num_tokens
@@ -182,6 +193,8 @@ def activation_bytes(
     Without recomputation each layer keeps s*b*h*(34 + 5*a*s/h) bytes (arXiv 2205.05198, eq. 1;
     s sequence length, b batch, h hidden size, a heads); with full activation recomputation
     only each layer's input, 2*s*b*h bytes. Estimates: the exact figure depends on the kernels.
+
+    Taught in notebook 07.
     """
     for name, value in dict(
         num_layers=num_layers,
@@ -203,6 +216,8 @@ def memory_table(
 
     ``model_sizes`` maps a label (``"7B"``) to a parameter count (``7e9``). The old policy has
     no column: it is cached log-probs, per token.
+
+    Taught in notebook 07.
     """
     if not model_sizes:
         raise ValueError("model_sizes is empty; pass e.g. {'7B': 7e9}")
@@ -281,6 +296,8 @@ def measure_copies(make_model, algorithm: str = "grpo", mixed: bool = True) -> d
     Adam step (fp32 master weights when ``mixed``); the reference is a deep copy in bf16 (or
     fp32) without gradients. Returns {copy: bytes}, {"num_params": ..., "total": ...}: count
     with ``tensor.element_size()``, independent of ``Precision``'s constants.
+
+    Taught in notebook 07.
     """
     if algorithm not in MODEL_COPIES:
         raise ValueError(
@@ -311,6 +328,8 @@ def measured_memory(
     weights and grads: ``numel * element_size`` of every parameter and its ``.grad``
     (None counts 0); optimizer: every tensor in ``optimizer.state`` for this module's
     parameters (Adam: exp_avg, exp_avg_sq and a scalar step). Activations not counted.
+
+    Taught in notebook 10.
     """
     params = list(module.parameters())
     weights = sum(p.numel() * p.element_size() for p in params)

@@ -8,6 +8,8 @@ general (see notebook 07).
 
 Both policies implement ``policy.Policy`` (through ``PositionalPolicy``): ``sample``,
 ``log_probs``, ``token_entropy``, ``mean_entropy``, ``greedy``.
+
+Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 11.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from .policy import PositionalPolicy
 class LectureModel(PositionalPolicy, nn.Module):
     """Per-position linear encoder/decoder that shares the embedding as output layer.
 
-    prompts int[batch, pos] -> embeddings [batch, pos, dim]
+    prompts int[batch, prompt_pos] -> embeddings [batch, prompt_pos, dim]
       -> encoded = sum_pos E[pos] @ W_enc[pos]        [batch, dim]
       -> decoded[out_pos] = encoded @ W_dec[out_pos]  [batch, out_pos, dim]
       -> logits = decoded @ embedding.T               [batch, out_pos, vocab]
@@ -34,6 +36,8 @@ class LectureModel(PositionalPolicy, nn.Module):
     output layer, while the encoder and decoder weights are N(0, 1/dim); a logit then sums
     dim * prompt_length unit-variance products, so its std is about sqrt(dim * prompt_length)
     and the untrained policy is nearly deterministic (notebook 01 measures both).
+
+    Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 11.
     """
 
     def __init__(
@@ -68,7 +72,7 @@ class LectureModel(PositionalPolicy, nn.Module):
             )
 
     def forward(self, prompts: torch.Tensor) -> torch.Tensor:
-        """int[batch, pos] -> logits float[batch, response_length, vocab]."""
+        """int[batch, prompt_pos] -> logits float[batch, response_length, vocab]."""
         check_prompts(prompts, self.vocab_size, self.prompt_length)
         embeddings = self.embedding(prompts)  # [batch, pos, dim]
         encoded = einsum(
@@ -81,10 +85,6 @@ class LectureModel(PositionalPolicy, nn.Module):
             decoded, self.embedding.weight, "batch out_pos dim, vocab dim -> batch out_pos vocab"
         )
         return logits  # the lecture's bug returned `decoded` here
-
-
-#: The name the lecture uses.
-Model = LectureModel
 
 
 # --------------------------------------------------------------------------------------
@@ -134,9 +134,9 @@ class _Block(nn.Module):
 class SortTransformer(PositionalPolicy, nn.Module):
     """A tiny non-autoregressive transformer that can represent sorting.
 
-    prompts int[batch, pos] -> token embeddings            [batch, pos, d_model]
+    prompts int[batch, prompt_pos] -> token embeddings     [batch, prompt_pos, d_model]
       ++ one learned query slot per output position        [batch, out_pos, d_model]
-      -> num_layers blocks of full self-attention + MLP over the pos + out_pos slots
+      -> num_layers blocks of full self-attention + MLP over the prompt_pos + out_pos slots
       -> the query slots, unembedded                       [batch, out_pos, vocab]
 
     Every output position is still sampled independently given the prompt (like
@@ -179,7 +179,7 @@ class SortTransformer(PositionalPolicy, nn.Module):
             self.unembed = nn.Linear(d_model, vocab_size)
 
     def forward(self, prompts: torch.Tensor) -> torch.Tensor:
-        """int[batch, pos] -> logits float[batch, out_pos, vocab] (out_pos = pos)."""
+        """int[batch, prompt_pos] -> logits float[batch, out_pos, vocab] (out_pos = prompt_pos)."""
         check_prompts(prompts, self.vocab_size, self.prompt_length)
         batch = prompts.shape[0]
         tokens = self.embedding(prompts)  # [batch, pos, d_model]

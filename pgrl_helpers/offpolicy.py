@@ -34,15 +34,18 @@ whose weight is below C_low: the token / sequence importance-sampling masks of T
 (``vllm_importance_sampling_mode`` 'token_mask' / 'sequence_mask' with
 ``vllm_importance_sampling_clip_min``) and verl's rollout-correction lower threshold. A
 weight far below 1 marks a token the sampler found much likelier than the trainer does.
+
+Taught in notebook 12.
 """
 
 from __future__ import annotations
 
 import copy
-import math
 from collections import deque
 
 import torch
+
+from ._validate import check_number
 
 CORRECTIONS: tuple[str, ...] = ("none", "recompute", "tis", "mis")
 CORRECTION_LEVELS: tuple[str, ...] = ("token", "sequence")
@@ -138,12 +141,9 @@ def weight_units(weights: torch.Tensor, mask: torch.Tensor, level: str) -> torch
 
 def check_off_policy_fields(config) -> None:
     """Raise ValueError naming the first bad off-policy field of a ``TrainConfig``."""
-    k = config.staleness
-    if not isinstance(k, int) or isinstance(k, bool) or k < 0:
-        raise ValueError(f"staleness must be an int >= 0 (epochs of lag), got {k!r}")
-    t = config.sampler_temperature
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not (0 < t < math.inf):
-        raise ValueError(f"sampler_temperature must be a positive finite number, got {t!r}")
+    k, t = config.staleness, config.sampler_temperature
+    check_number(k, "staleness", 0, low_inclusive=True, integer=True, note="epochs of lag")
+    check_number(t, "sampler_temperature", 0)
     if config.sampler_dtype not in SAMPLER_DTYPES:
         raise ValueError(
             f"unknown sampler_dtype {config.sampler_dtype!r}; valid: {tuple(SAMPLER_DTYPES)}"

@@ -18,6 +18,8 @@ only ever calls these methods, so it never needs to know which policy it trains:
 
 plus the attributes ``vocab_size``, ``prompt_length`` and ``response_length`` (slots per
 response). ``check_policy_fits`` compares them with what a config implies.
+
+Not imported by a notebook: the interface the loop relies on (notebook 07 teaches the loop).
 """
 
 from __future__ import annotations

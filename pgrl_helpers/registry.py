@@ -7,12 +7,13 @@ brackets; nothing registers itself by import side effect, so this file is the fu
 * ``ROLLOUT_SOURCES`` (``rollout_source``): who samples, and whose log-probs are "old".
 * ``BATCH_FILTERS`` (``batch_filter``): which sampled groups the optimizer sees.
 * ``ADVANTAGE_ESTIMATORS`` (``advantage_estimator``): rollout -> deltas.
-* ``POLICY_OBJECTIVES`` (``policy_objective``): log-probs -> per-token loss.
+* ``POLICY_OBJECTIVES`` (``policy_objective``): log-probs -> (per-token loss, metrics).
 
 Adding a variant is one function (or class) plus one entry in its dict. The math these
 entries call lives in the leaf modules (``advantages``, ``losses``, ``kl``, ``masking``,
-``gae``), which import nothing from here. Taught in notebook 04 (a new objective plugged
-in) and notebook 11 (the 2025 objectives); the README's registry table lists the entries.
+``gae``), which import nothing from here. The README's registry table lists the entries.
+
+Not imported by a notebook: the loop reads it (notebook 07); notebooks 10 and 11 name its entries.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .advantages import compute_deltas
 from .autoregressive import AutoregressiveSortPolicy
 from .covariance import clip_cov_tokens
 from .dedup_task import SortDedupTask
-from .losses import clip_mask, compute_per_token_loss
+from .losses import clip_mask, loss_options, per_token_loss_and_metrics
 from .masking import high_entropy_mask
 from .models import LectureModel, SortTransformer
 from .offpolicy import StaleSource
@@ -157,9 +158,6 @@ BATCH_FILTERS: dict[str, object] = {
     "dapo": dapo_filter,
 }
 
-#: Filters that read EOS / the maximum length: the variable-length task only.
-OVERLONG_FILTERS: tuple[str, ...] = ("overlong_shaping", "overlong_filtering", "dapo")
-
 # --------------------------------------------------------------------------------------
 # Advantage estimators (TrainConfig.advantage_estimator)
 # --------------------------------------------------------------------------------------
@@ -254,58 +252,54 @@ def apply_token_remedies(per_token_loss, log_probs, rollout, config) -> torch.Te
     return per_token_loss
 
 
-def _objective(log_probs: torch.Tensor, rollout, config, level: str) -> torch.Tensor:
+def _objective(log_probs: torch.Tensor, rollout, config, level: str) -> tuple[torch.Tensor, dict]:
     if config.loss_mode == "naive":
         old = None
     elif config.detach_old_log_probs:
         old = rollout.old_log_probs
     else:
         old = log_probs  # the freeze pitfall, on purpose
-    loss = compute_per_token_loss(
+    loss, metrics = per_token_loss_and_metrics(
         log_probs,
         rollout.deltas,
         config.loss_mode,
-        old_log_probs=old,
-        epsilon=config.epsilon,
+        old,
+        loss_options(config, level),
         check_frozen=config.detach_old_log_probs,
-        epsilon_high=config.epsilon_high,
-        importance_sampling_level=level,
-        mask=rollout.mask if level == "sequence" or config.loss_mode == "kl_cov" else None,
-        dual_clip_c=config.dual_clip_c,
-        sapo_temperature_pos=config.sapo_temperature_pos,
-        sapo_temperature_neg=config.sapo_temperature_neg,
-        kl_cov_ratio=config.kl_cov_ratio,
-        kl_cov_coef=config.kl_cov_coef,
+        mask=rollout.mask,
     )
-    return apply_token_remedies(loss, log_probs, rollout, config)
+    return apply_token_remedies(loss, log_probs, rollout, config), metrics
 
 
-def token_level_objective(log_probs: torch.Tensor, rollout, config) -> torch.Tensor:
-    """Per-token loss float[batch, trial, pos] with per-token ratios pi_t / pi_old,t.
+def token_level_objective(log_probs: torch.Tensor, rollout, config) -> tuple[torch.Tensor, dict]:
+    """(per-token loss float[batch, trial, pos], the loss mode's metrics), per-token ratios.
 
-    ``config.loss_mode`` picks the loss (``compute_per_token_loss``); the ratio's
-    reference is ``rollout.old_log_probs``. With ``config.detach_old_log_probs=False``
-    it is instead the current log-probs, still attached to the graph: the freeze
-    pitfall, where the ratio is exactly 1 with zero gradient. (A second forward pass
-    with gradients would give the same values and cancel only up to float rounding,
-    ~1e-9, which Adam would amplify into noise.)
+    ``config.loss_mode`` picks the loss (``losses.LOSS_FUNCTIONS``, through
+    ``per_token_loss_and_metrics``); its metrics (``clip_fraction`` for the modes that clip,
+    ``weight_clip_fraction`` for CISPO; ``history.METRICS``) are measured over
+    ``rollout.mask``'s real tokens. The ratio's reference is ``rollout.old_log_probs``.
+    With ``config.detach_old_log_probs=False`` it is instead the current log-probs, still
+    attached to the graph: the freeze pitfall, where the ratio is exactly 1 with zero
+    gradient. (A second forward pass with gradients would give the same values and cancel
+    only up to float rounding, ~1e-9, which Adam would amplify into noise.)
     """
     return _objective(log_probs, rollout, config, "token")
 
 
-def sequence_level_objective(log_probs: torch.Tensor, rollout, config) -> torch.Tensor:
+def sequence_level_objective(log_probs: torch.Tensor, rollout, config) -> tuple[torch.Tensor, dict]:
     """GSPO: the same losses with one ratio per response, s_i (arXiv 2507.18071 eq. 5-7).
 
     s_i = exp(mean over response i's real tokens (``rollout.mask``) of log pi - log pi_old),
-    clipped per sequence; float[batch, trial, pos] (constant over a response's tokens for
-    the ratio losses). GSPO's paper clips at epsilon 3e-4, epsilon_high 4e-4 and averages
-    per sequence (``loss_aggregation="sequence_mean"``).
+    clipped per sequence; returns (float[batch, trial, pos] (constant over a response's
+    tokens for the ratio losses), metrics) as ``token_level_objective``. GSPO's paper clips
+    at epsilon 3e-4, epsilon_high 4e-4 and averages per sequence
+    (``loss_aggregation="sequence_mean"``).
     """
     return _objective(log_probs, rollout, config, "sequence")
 
 
-#: name -> objective ``fn(log_probs, rollout, config) -> per-token loss``
-#: (``TrainConfig.importance_sampling_level``).
+#: name -> objective ``fn(log_probs, rollout, config) -> (per-token loss, metrics)``
+#: (``TrainConfig.policy_objective``); metrics: {name: float}, recorded in the history.
 POLICY_OBJECTIVES: dict[str, object] = {
     "token": token_level_objective,
     "sequence": sequence_level_objective,

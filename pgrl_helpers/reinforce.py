@@ -3,6 +3,8 @@
 No baseline, no optimizer object: sample, score, build the surrogate -mean(log pi(a) R),
 backpropagate, step the parameters by plain gradient ascent. Meant for tiny policies whose
 E[R] can be enumerated (``pgrl_helpers.exact``).
+
+Taught in notebook 02.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ def plain_reinforce(
     ``reward_fn(prompt, samples)`` -> float[1, trial]. History lists, one entry per step:
     ``p_correct`` (exact E[R] *before* the step), ``num_correct`` (samples with reward > 0,
     the size of that step's "SFT dataset") and ``surrogate`` (the loss value, on that batch).
+
+    Taught in notebook 02.
     """
     if num_steps < 1 or batch_size < 1:
         raise ValueError(f"num_steps and batch_size must be >= 1, got {num_steps}, {batch_size}")

@@ -18,6 +18,8 @@ A batch filter is a function ``(rollout, config) -> Rollout``; a filter that nee
 groups than were sampled (dynamic sampling with ``dynamic_sampling_max_draws``) calls
 ``rollout.resample(n)``, a ``Resampler`` the loop attaches: n fresh prompts drawn, sampled
 and scored exactly as the loop's step 2 does (held-out keys excluded, responses counted).
+
+Taught in notebook 11.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+
+from ._validate import check_number
 
 
 @dataclass
@@ -47,6 +51,8 @@ class Rollout:
       slot, stored by the loop only for ``TrainConfig.top_entropy_quantile`` < 1
     * ``metrics`` dict: extra step metrics the rollout source or filter reports (e.g. ESS)
     * ``resample`` a ``Resampler`` or None: draws more groups for a batch filter
+
+    Taught in notebook 11.
     """
 
     prompts: torch.Tensor
@@ -118,7 +124,10 @@ def keep_all_groups(rollout: Rollout, config) -> Rollout:
 
 
 def tied_groups(rewards: torch.Tensor) -> torch.Tensor:
-    """bool[batch]: the groups whose G rewards all tie (zero std, no learning signal)."""
+    """bool[batch]: the groups whose G rewards all tie (zero std, no learning signal).
+
+    Taught in notebook 11.
+    """
     if rewards.ndim != 2 or rewards.shape[0] == 0:
         raise ValueError(
             f"rewards must be [batch, trial] with batch >= 1, got {list(rewards.shape)}"
@@ -166,6 +175,8 @@ def dynamic_sampling(rollout: Rollout, config=None, shaping=None) -> Rollout:
     ``dynamic_sampling_fill`` (non-tied groups kept / batch_prompts), when resampling is on.
     When *every* group ties (and no draw found one) the rollout is returned unchanged: there
     is nothing to keep, and with a group baseline its deltas are all zero.
+
+    Taught in notebook 11.
     """
     resample = rollout.resample
     if shaping is not None:
@@ -210,6 +221,8 @@ def overlong_penalty(
     inside the buffer, -1 beyond L_max; times ``factor``. ``lengths`` int/float[batch,
     trial] (tokens per response, EOS included), ``max_length`` = L_max, ``buffer`` =
     L_cache (1 <= buffer <= max_length). TRL: ``trl.rewards.get_soft_overlong_punishment``.
+
+    Taught in notebook 11.
     """
     if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1:
         raise ValueError(f"max_length must be a positive int, got {max_length!r}")
@@ -257,6 +270,46 @@ def dapo_filter(rollout: Rollout, config) -> Rollout:
     """DAPO's batch recipe: overlong shaping of the rewards, then dynamic sampling (the
     tie test reads the shaped rewards; resampled groups are shaped too)."""
     return dynamic_sampling(rollout, config, shaping=overlong_shaping)
+
+
+#: Filters that read EOS / the maximum length: the variable-length task only.
+OVERLONG_FILTERS: tuple[str, ...] = ("overlong_shaping", "overlong_filtering", "dapo")
+
+
+def check_batch_filter_fields(config) -> None:
+    """Raise naming the first bad batch-filter (DAPO) field of a ``TrainConfig``.
+
+    dynamic_sampling_max_draws an int >= 0, and > 0 only with a filter that refills the
+    batch; overlong_penalty_factor a finite number >= 0; the overlong filters read EOS and
+    the maximum length (task 'sort_dedup'), with overlong_buffer an int in 1 ..
+    response_length; overlong filtering can empty a response's mask, which
+    loss_aggregation 'sequence_mean' cannot average over.
+    """
+    draws = config.dynamic_sampling_max_draws
+    check_number(draws, "dynamic_sampling_max_draws", 0, low_inclusive=True, integer=True)
+    if draws > 0 and config.batch_filter not in ("dynamic_sampling", "dapo"):
+        raise ValueError(
+            "dynamic_sampling_max_draws > 0 refills the batch of dynamic sampling: it needs "
+            f"batch_filter 'dynamic_sampling' or 'dapo', got {config.batch_filter!r}"
+        )
+    factor = config.overlong_penalty_factor
+    check_number(factor, "overlong_penalty_factor", 0, low_inclusive=True)
+    if config.batch_filter in OVERLONG_FILTERS:
+        if config.task != "sort_dedup":
+            raise ValueError(
+                f"batch_filter {config.batch_filter!r} reads EOS and the maximum length: it "
+                f"needs task 'sort_dedup' (got task {config.task!r})"
+            )
+        check_number(
+            config.overlong_buffer, "overlong_buffer", 1, config.response_length,
+            low_inclusive=True, integer=True, note="DAPO's L_cache, at most response_length",
+        )  # fmt: skip
+    if config.batch_filter == "overlong_filtering" and config.loss_aggregation == "sequence_mean":
+        raise ValueError(
+            "batch_filter 'overlong_filtering' empties the mask of truncated responses, "
+            "which loss_aggregation 'sequence_mean' cannot average over: use 'token_mean' "
+            "or 'constant_normalizer'"
+        )
 
 
 def frac_reward_zero_std(rewards: torch.Tensor) -> float:

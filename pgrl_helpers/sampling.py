@@ -1,10 +1,12 @@
 """Rollouts: sample G responses per prompt, and score their per-token log-probs.
 
-Works with any policy whose ``forward(prompts int[batch, pos])`` returns logits
+Works with any policy whose ``forward(prompts int[batch, prompt_pos])`` returns logits
 ``float[batch, pos, vocab]``, or an output object with a ``.logits`` attribute of that
 shape (a Hugging Face causal LM's output). Wherever a ``model`` is expected you may also
 pass the logits tensor itself (``compute_log_probs(logits, prompts, responses)``), e.g.
 logits you already computed with a real language model.
+
+Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 07, 13.
 """
 
 from __future__ import annotations
@@ -33,11 +35,13 @@ def sample_responses(
 ) -> torch.Tensor:
     """Sample ``num_samples`` (= G) responses per prompt.
 
-    prompts int[batch, pos] -> responses int64[batch, trial, pos], trial = num_samples.
+    prompts int[batch, prompt_pos] -> responses int64[batch, trial, pos], trial = num_samples.
     Each position is sampled independently from softmax(logits); pass a seeded
     ``torch.Generator`` (or seed the global RNG) for reproducible samples.
+
+    Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 13.
     """
-    check_ndim(prompts, 2, "prompts", "batch, pos")
+    check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
     check_integer(prompts, "prompts")
     if not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
@@ -52,13 +56,12 @@ def sample_responses(
     return rearrange(flat_responses, "(batch pos) trial -> batch trial pos", batch=prompts.shape[0])
 
 
-#: The lecture uses both names.
-generate_responses = sample_responses
-
-
 def greedy_responses(model, prompts: torch.Tensor) -> torch.Tensor:
-    """The most likely token at every position: int[batch, pos] -> int64[batch, 1, pos]."""
-    check_ndim(prompts, 2, "prompts", "batch, pos")
+    """The most likely token at every position: int[batch, prompt_pos] -> int64[batch, 1, pos].
+
+    Taught in notebooks 07, 13.
+    """
+    check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
     with torch.no_grad():
         return _logits(model, prompts).argmax(dim=-1)[:, None, :]
 
@@ -66,10 +69,12 @@ def greedy_responses(model, prompts: torch.Tensor) -> torch.Tensor:
 def compute_log_probs(model, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
     """Per-token log pi(response token | prompt).
 
-    prompts int[batch, pos], responses int[batch, trial, pos] -> float[batch, trial, pos].
+    prompts int[batch, prompt_pos], responses int[batch, trial, pos] -> float[batch, trial, pos].
     Differentiable: wrap in ``torch.no_grad()`` to freeze old/reference log-probs.
+
+    Taught in notebooks 01, 02, 04, 05, 06.
     """
-    check_ndim(prompts, 2, "prompts", "batch, pos")
+    check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
     check_ndim(responses, 3, "responses", "batch, trial, pos")
     check_integer(responses, "responses")
     log_probs = F.log_softmax(_logits(model, prompts), dim=-1)  # [batch, pos, vocab]

@@ -1,5 +1,8 @@
 """Is a difference between two methods larger than seed noise? The exact permutation test the
-benchmarks use (bench_ppo_vs_grpo, bench_objectives) on per-seed results."""
+benchmarks use (bench_ppo_vs_grpo, bench_objectives) on per-seed results.
+
+Taught in notebooks 05, 07, 08, 11, 12, 13, 14, 15.
+"""
 
 from __future__ import annotations
 
@@ -65,7 +68,10 @@ def compare_seeds(
 
     a, b: one value per seed, e.g. test exact-sort per seed, [seeds]. The better method is the
     one whose mean is better (the test is on the mean difference); medians and worst seeds are
-    reported beside it. alpha: in (0, 1)."""
+    reported beside it. alpha: in (0, 1).
+
+    Taught in notebooks 05, 07, 08, 11, 12, 14, 15.
+    """
     _check_values(a, b)
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
@@ -92,7 +98,10 @@ def compare_seeds(
 
 
 def format_comparison(result: dict, digits: int = 3) -> str:
-    """One line: 'A: median .., worst .. (n seeds) | B: ... | exact permutation p = .. -> verdict'."""
+    """One line: 'A: median .., worst .. (n seeds) | B: ... | exact permutation p = .. -> verdict'.
+
+    Taught in notebooks 05, 07, 08, 11, 12, 13, 14, 15.
+    """
     r, d = result, digits
     return (
         f"{r['name_a']}: median {r['median_a']:.{d}f}, worst {r['worst_a']:.{d}f} ({r['n_a']} seeds)"

@@ -12,6 +12,8 @@ Each reward comes in two forms:
   (``sort_distance_reward_batch(prompts, responses) -> float[batch, trial]``).
 
 ``compute_reward`` accepts either (or a name from ``REWARD_FNS``).
+
+Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 13.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ LECTURE_PROMPTS: list[list[int]] = [[1, 0, 2], [3, 2, 4], [1, 2, 3]]
 
 
 def lecture_prompts() -> torch.Tensor:
-    """The lecture's three training prompts as int64[3, 3]."""
+    """The lecture's three training prompts as int64[3, 3].
+
+    Taught in notebooks 00, 04, 05, 06, 07.
+    """
     return torch.tensor(LECTURE_PROMPTS, dtype=torch.long)
 
 
@@ -40,6 +45,8 @@ def make_prompts(
 
     ``generator`` may be a ``torch.Generator`` or an int seed; the same seed gives
     the same prompts. Values may repeat inside a prompt (sorting still has one answer).
+
+    Taught in notebooks 01, 08, 09.
     """
     check_positive_ints(batch=batch, length=length, vocab_size=vocab_size)
     if isinstance(generator, int):
@@ -48,8 +55,11 @@ def make_prompts(
 
 
 def sorted_responses(prompts: torch.Tensor) -> torch.Tensor:
-    """Ground truth: each prompt sorted ascending. int[batch, pos] -> int[batch, pos]."""
-    check_ndim(prompts, 2, "prompts", "batch, pos")
+    """Ground truth: each prompt sorted ascending. int[batch, prompt_pos] -> int[batch, pos].
+
+    Taught in notebooks 01, 07.
+    """
+    check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
     check_integer(prompts, "prompts")
     return prompts.sort(dim=-1).values
 
@@ -78,6 +88,8 @@ def sort_distance_reward(prompt: Sequence[int], response: Sequence[int]) -> floa
     """Number of positions where ``response`` matches ``sorted(prompt)``.
 
     Range 0 .. len(prompt); the maximum means a perfect sort.
+
+    Taught in notebook 01.
     """
     prompt, response = _as_list(prompt, "prompt"), _as_list(response, "response")
     _check_lengths(prompt, response)
@@ -93,6 +105,8 @@ def sort_inclusion_ordering_reward(prompt: Sequence[int], response: Sequence[int
     * ordering: one point per adjacent pair of the response with ``x <= y``.
 
     It has a loophole: any ascending run earns all ordering points, whatever it holds.
+
+    Taught in notebooks 01, 06.
     """
     prompt, response = _as_list(prompt, "prompt"), _as_list(response, "response")
     _check_lengths(prompt, response)
@@ -102,12 +116,12 @@ def sort_inclusion_ordering_reward(prompt: Sequence[int], response: Sequence[int
 
 
 # --------------------------------------------------------------------------------------
-# Vectorised rewards: int[batch, pos] x int[batch, trial, pos] -> float[batch, trial]
+# Vectorised rewards: int[batch, prompt_pos] x int[batch, trial, pos] -> float[batch, trial]
 # --------------------------------------------------------------------------------------
 
 
 def _check_batch(prompts: torch.Tensor, responses: torch.Tensor) -> None:
-    check_ndim(prompts, 2, "prompts", "batch, pos")
+    check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
     check_ndim(responses, 3, "responses", "batch, trial, pos")
     check_integer(prompts, "prompts")
     check_integer(responses, "responses")
@@ -164,7 +178,10 @@ REWARD_FNS: dict[str, Callable] = {
 
 
 def max_reward(reward_fn: str | Callable, length: int) -> float:
-    """Best score a response of ``length`` tokens can get under a built-in reward."""
+    """Best score a response of ``length`` tokens can get under a built-in reward.
+
+    Taught in notebooks 01, 06.
+    """
     name = reward_fn if isinstance(reward_fn, str) else getattr(reward_fn, "__name__", "")
     name = name.removesuffix("_batch")
     if name == "sort_distance_reward":
@@ -177,7 +194,7 @@ def max_reward(reward_fn: str | Callable, length: int) -> float:
 def compute_reward(
     prompts: torch.Tensor, responses: torch.Tensor, reward_fn: str | Callable
 ) -> torch.Tensor:
-    """Score every response: int[batch, pos], int[batch, trial, pos] -> float32[batch, trial].
+    """Score each response: int[batch, prompt_pos], int[batch, trial, pos] -> float32[batch, trial].
 
     ``reward_fn`` may be
 
@@ -185,6 +202,8 @@ def compute_reward(
     * a vectorised function (marked ``fn.vectorized = True``) called once on the batch,
     * a per-example function ``fn(prompt: list[int], response: list[int]) -> float``,
       called in a Python loop (slow: this is the lecture's way, kept for comparison).
+
+    Taught in notebooks 00, 01, 03, 04, 05, 06, 09, 13.
     """
     _check_batch(check_tensor(prompts, "prompts"), check_tensor(responses, "responses"))
     if isinstance(reward_fn, str):
@@ -219,7 +238,10 @@ def compute_reward(
 
 
 def exact_sort(prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
-    """bool[batch, trial]: the response is exactly ``sorted(prompt)``."""
+    """bool[batch, trial]: the response is exactly ``sorted(prompt)``.
+
+    Taught in notebooks 01, 02, 06, 13.
+    """
     _check_batch(prompts, responses)
     return (responses == sorted_responses(prompts)[:, None, :]).all(dim=-1)
 
@@ -255,7 +277,7 @@ class SortTask(PromptTask):
         orderings of one multiset apart (it ignores prompt order by design): to it a prompt
         is unseen only if its multiset is. With ``fixed_prompts`` (the lecture's 3) nothing
         is sampled from the prompt distribution and the position-aware ``LectureModel``
-        reads the order, so there the key is the ordered prompt, as it always was.
+        reads the order, so there the key is the ordered prompt.
         """
         if self.fixed_prompts is not None:
             return super().prompt_key(prompts)

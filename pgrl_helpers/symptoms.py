@@ -5,6 +5,8 @@ ours first and, after the slash, the name Hugging Face TRL's ``GRPOTrainer`` log
 (checked against ``trl/trainer/grpo_trainer.py``; ``grad_norm`` comes from the
 ``transformers`` Trainer). ``diagnose.Finding`` takes its texts from here, so the findings
 and the summary table never disagree.
+
+Taught in notebook 13.
 """
 
 from __future__ import annotations

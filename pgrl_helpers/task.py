@@ -15,21 +15,38 @@ and may override ``prompt_key`` (and ``num_keys``): two prompts with the same ke
 "the same prompt" for held-out purposes, so a held-out key never appears in a training
 batch. Choose the key by what the policy could memorise: what it cannot tell apart, or what
 the answer depends on. The base key is the prompt itself (its ordering).
+
+Not imported by a notebook: the base of the loop's tasks (notebooks 07 and 08 teach them).
 """
 
 from __future__ import annotations
 
 import torch
 
-from ._validate import check_integer, check_ndim, check_positive_ints
+from ._validate import check_integer, check_ndim, check_number, check_positive_ints
 
 #: Prompt spaces larger than this are sampled with rejection instead of a permutation.
 PERMUTATION_LIMIT = 2_000_000
+#: ``encode_prompts`` numbers prompts in int64: vocab_size**prompt_length must stay below this.
+MAX_PROMPT_SPACE = 2**62
+
+
+def check_task_fields(config) -> None:
+    """Raise naming the bad prompt field of a ``TrainConfig``: prompt_length and vocab_size
+    positive ints whose prompt space vocab_size**prompt_length ``encode_prompts`` can number."""
+    for name in ("prompt_length", "vocab_size"):
+        check_number(getattr(config, name), name, 1, low_inclusive=True, integer=True)
+    space = config.vocab_size**config.prompt_length
+    if space > MAX_PROMPT_SPACE:
+        raise ValueError(
+            f"vocab_size**prompt_length = {space} is too large to index prompts; "
+            "use shorter prompts or a smaller vocabulary"
+        )
 
 
 def encode_prompts(prompts: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """int[batch, pos] -> int64[batch]: each prompt as one number in base ``vocab_size``."""
-    check_ndim(prompts, 2, "prompts", "batch, pos")
+    """int[batch, prompt_pos] -> int64[batch]: each prompt as one number in base ``vocab_size``."""
+    check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
     check_integer(prompts, "prompts")
     powers = vocab_size ** torch.arange(prompts.shape[1], dtype=torch.long)
     return (prompts.long() * powers).sum(dim=-1)
@@ -44,7 +61,7 @@ def decode_prompts(codes: torch.Tensor, length: int, vocab_size: int) -> torch.T
 class PromptTask:
     """Shared base of the tasks: prompt generation and the held-out set.
 
-    ``fixed_prompts`` (int[n, pos] or None): when given, every epoch trains on exactly
+    ``fixed_prompts`` (int[n, prompt_pos] or None): when given, every epoch trains on exactly
     these prompts (the lecture's 3); else each epoch draws fresh random prompts.
     """
 
@@ -155,14 +172,14 @@ class PromptTask:
         )
 
     def validation_prompts(self, n: int, seed: int) -> torch.Tensor:
-        """The first held-out set of ``heldout_split`` (the validation set): int64[n, pos]."""
+        """The validation set, ``heldout_split``'s first held-out set: int64[n, prompt_pos]."""
         return self.heldout_split((n,), seed)[0]
 
     def training_prompts(
         self, n: int, generator: torch.Generator, excluded_keys: torch.Tensor
     ) -> torch.Tensor:
-        """One epoch's prompts int64[n, pos]: ``fixed_prompts``, or random ones whose key is
-        not in ``excluded_keys`` (int64[k]; rows that hit one are redrawn)."""
+        """One epoch's prompts int64[n, prompt_pos]: ``fixed_prompts``, or random ones whose
+        key is not in ``excluded_keys`` (int64[k]; rows that hit one are redrawn)."""
         if self.fixed_prompts is not None:
             return self.fixed_prompts.clone()
         prompts = self.random_prompts(n, generator)

@@ -36,6 +36,8 @@ inherited: they read the tool's tokens as context). Its mask is 1 on slots 0, 1,
 on the environment's slots 2, 3, 5; ``mask_tool_tokens=False`` plants the bug of leaving the tool's
 tokens in the mask (the loss then pushes the policy's probability of tokens it never
 chose, up or down with the episode's advantage, and GAE treats them as actions).
+
+Taught in notebook 15.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange, repeat
 
-from ._validate import check_positive_ints, check_prompts
+from ._validate import check_bool, check_positive_ints, check_prompts
 from .autoregressive import AutoregressiveSortPolicy, _with_separator
 from .task import PromptTask
 
@@ -87,6 +89,8 @@ def tool_mask(shape: tuple[int, int], mask_tool_tokens: bool = True) -> torch.Te
     """float32[batch, trial, RESPONSE_LENGTH]: 1 on the policy's slots, 0 on the environment's.
 
     ``mask_tool_tokens=False`` (the planted bug) gives all ones.
+
+    Taught in notebook 15.
     """
     mask = torch.ones(*shape, RESPONSE_LENGTH)
     if mask_tool_tokens:
@@ -94,11 +98,41 @@ def tool_mask(shape: tuple[int, int], mask_tool_tokens: bool = True) -> torch.Te
     return mask
 
 
+def check_tool_task_fields(config) -> None:
+    """Raise naming the first bad tool-use field of a ``TrainConfig``.
+
+    mask_tool_tokens True or False, and False (the planted bug) only with task
+    'tool_compare'; that task has prompts [a, b] (prompt_length 2) and a fixed
+    RESPONSE_LENGTH (max_response_length left None).
+    """
+    check_bool(config.mask_tool_tokens, "mask_tool_tokens")
+    if config.task != "tool_compare":
+        if not config.mask_tool_tokens:
+            raise ValueError(
+                "mask_tool_tokens=False (the unmasked-tool-tokens bug) acts only with task "
+                f"'tool_compare', got task {config.task!r}"
+            )
+        return
+    if config.prompt_length != PROMPT_LENGTH:
+        raise ValueError(
+            f"task 'tool_compare' has prompts [a, b]: prompt_length must be {PROMPT_LENGTH}, "
+            f"got {config.prompt_length}"
+        )
+    if config.max_response_length not in (None, RESPONSE_LENGTH):
+        raise ValueError(
+            f"task 'tool_compare' has {RESPONSE_LENGTH} response slots (a call, the tool's "
+            "reply, the answer): leave max_response_length None, got "
+            f"{config.max_response_length!r}"
+        )
+
+
 class ToolCompareTask(PromptTask):
     """Which of the items ``[a, b]`` is more expensive? With a ``compare`` tool (module doc).
 
     Held-out key: the *set* {a, b} (``[a, b]`` and ``[b, a]`` are the same question),
     encoded as min * vocab_size + max.
+
+    Taught in notebook 15.
     """
 
     name = "tool_compare"
@@ -158,6 +192,8 @@ class ToolUsePolicy(AutoregressiveSortPolicy):
 
     ``max_response_length`` is fixed at ``RESPONSE_LENGTH``; ``mask_tool_tokens`` says
     whether ``sample`` masks the tool's slots out (True) or plants the bug (False).
+
+    Taught in notebook 15.
     """
 
     def __init__(
@@ -205,6 +241,8 @@ def run_tool_episodes(
     and 4 from ``model(prompt + SEP + slots so far)``; slots 2, 3 are ``compare_tool``'s
     reply to slots 0, 1; slot 5 is the more expensive prompt item. Runs under
     ``torch.no_grad()`` in eval mode.
+
+    Taught in notebook 15.
     """
     check_prompts(prompts, model.vocab_size, PROMPT_LENGTH)
     if model.max_response_length != RESPONSE_LENGTH:

@@ -1,5 +1,28 @@
 """The training loop: ``run_policy_gradient(config)`` -> ``History``.
 
+The defaults (``TrainConfig()``) are the lecture's run: GRPO (Shao et al. 2024, DeepSeekMath,
+arXiv:2402.03300) and PPO (Schulman et al. 2017, arXiv:1707.06347) with these parts left
+out, each a field away:
+
+1. No KL term (``kl_coef=0``): no reference model. The runs are short and start from random
+   weights, so there is no pretrained policy to stay near. GRPO adds beta x k3 to the loss
+   (notebook 05; ``kl_coef=0.04``, ``kl_estimator="k3"``).
+2. No ratio and no clip (``loss_mode="naive"``: -log pi x delta, i.e. REINFORCE). At the
+   first step on a batch the ratio is 1 and all three losses have the same gradient; the
+   ratio and PPO's clip only matter once a batch is reused (notebook 04; ``"clipped"``).
+3. Centred rewards without the std (``deltas_mode="centered_rewards"``: R - mean R, as in
+   nanochat and Dr. GRPO). GRPO divides by the group's std, which up-weights near-tied and
+   very easy or hard groups (notebook 06; ``"normalized_rewards"``).
+4. 10 optimizer steps per batch (``num_steps_per_epoch=10``), the lecture's reuse of each
+   sampled batch. With the naive loss those later steps ignore that the policy has moved
+   (the drift PPO's ratio corrects). DeepSeekMath takes 1 step per batch, PPO 3 to 15 epochs.
+5. No value model (``advantage_estimator="group"``): the group mean is the baseline, as in
+   GRPO; PPO's critic with GAE is ``"gae"`` (notebook 10).
+6. No entropy bonus (``entropy_coef=0``, PPO's c2 term) and no per-response length
+   normalisation: the token mean (``loss_aggregation="token_mean"``) equals GRPO's
+   1/|o_i| mean while every response has the same length (notebook 08 has varying ones).
+7. The lecture's 3 fixed prompts (``prompt_source="lecture"``), G = 10, Adam at 1e-3.
+
 The loop talks to three interfaces and never asks which model or task it runs:
 
 * a **Task** (``config.build_task()``, see ``pgrl_helpers.task``): prompts, rewards,
@@ -18,10 +41,12 @@ Per epoch, the four steps the lecture names:
 4. take ``num_steps_per_epoch`` optimizer steps on that batch, then let the estimator
    learn from it (``estimator.after_epoch``: PPO's critic steps; nothing for GRPO).
 
-Four named extension points, each a registry keyed by a ``TrainConfig`` field:
-``rollout.ROLLOUT_SOURCES`` (``rollout_source``), ``rollout.BATCH_FILTERS``
-(``batch_filter``), ``advantages.ADVANTAGE_ESTIMATORS`` (``advantage_estimator``) and
-``losses.POLICY_OBJECTIVES`` (``policy_objective``).
+Six named extension points, all in ``pgrl_helpers.registry``, each a dict keyed by a
+``TrainConfig`` field: ``TASKS`` (``task``), ``MODELS`` (``model``), ``ROLLOUT_SOURCES``
+(``rollout_source``), ``BATCH_FILTERS`` (``batch_filter``), ``ADVANTAGE_ESTIMATORS``
+(``advantage_estimator``) and ``POLICY_OBJECTIVES`` (``policy_objective``).
+
+Taught in notebooks 04, 07, 08, 09, 10, 11, 12, 13, 15.
 """
 
 from __future__ import annotations
@@ -36,7 +61,7 @@ from .config import TrainConfig
 from .history import History
 from .infra import PhaseClock
 from .kl import build_kl_controller, kl_per_response
-from .losses import clip_fraction, compute_ratio
+from .losses import compute_ratio
 from .masking import aggregate_loss
 from .policy import check_policy_fits
 from .registry import (
@@ -64,6 +89,8 @@ def run_policy_gradient(
     returning True or "stop" ends the run. ``policy`` continues training a given policy
     (it must implement ``Policy`` and fit every shape the config implies) instead of
     building one. The same config (seed included) gives an identical history.
+
+    Taught in notebooks 07, 08, 09, 10, 11, 12, 13, 15.
     """
     config.validate()
     threads_before = torch.get_num_threads()
@@ -118,7 +145,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
 
         # 2. sample G responses per prompt; score them once (deltas: after step 3)
         prompts = task.training_prompts(config.batch_prompts, prompt_generator, heldout_keys)
-        history.record_training_prompts(prompts, task.prompt_key(prompts))  # [batch, pos]
+        history.record_training_prompts(prompts, task.prompt_key(prompts))  # [batch, prompt_pos]
         responses, mask = source.sample(prompts, config.num_responses, sample_generator)
         counters["responses_sampled"] += responses.shape[0] * responses.shape[1]
         clock.lap("sampling")
@@ -148,8 +175,8 @@ def _train(config: TrainConfig, callback, policy) -> History:
             _check_finite(log_probs.detach(), "log-probs", *where)
             if reuse:  # the policy has not moved since sampling: pi_old = pi_theta, detached
                 rollout.old_log_probs = log_probs.detach()
-            per_token_loss = rollout.weighted(objective(log_probs, rollout, config))
-            loss = aggregate_loss(per_token_loss, rollout.mask, config.loss_aggregation)
+            loss, loss_metrics = objective(log_probs, rollout, config)  # loss: [batch, trial, pos]
+            loss = aggregate_loss(rollout.weighted(loss), rollout.mask, config.loss_aggregation)
             kl = None
             if config.kl_coef > 0:
                 kl = kl_per_response(
@@ -164,7 +191,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
             optimizer.zero_grad()
             loss.backward()
             grad_norm = _grad_norm(policy, *where)  # checked finite
-            record = _step_record(config, rollout, log_probs, loss, kl, entropy, grad_norm)
+            record = _step_record(rollout, log_probs, loss, kl, entropy, grad_norm, loss_metrics)
             optimizer.step()
             source.after_optimizer_step()
             head = {"kind": "step", "epoch": epoch, "step": counters["step"]}
@@ -192,29 +219,26 @@ def _train(config: TrainConfig, callback, policy) -> History:
 # --------------------------------------------------------------------------------------
 
 
-def _step_record(config, rollout: Rollout, log_probs, loss, kl, entropy, grad_norm) -> dict:
-    """The metrics of one optimizer step (names and meanings in ``METRICS``)."""
+def _step_record(rollout: Rollout, log_probs, loss, kl, entropy, grad_norm, loss_metrics) -> dict:
+    """The metrics of one optimizer step (names and meanings in ``METRICS``).
+
+    ``loss_metrics`` are the objective's own (``losses.LOSS_FUNCTIONS``): ``clip_fraction``
+    only from a loss that clips (None otherwise), ``weight_clip_fraction`` from CISPO.
+    """
     with torch.no_grad():
-        log_probs = log_probs.detach()
-        ratio = compute_ratio(log_probs, rollout.old_log_probs)
-        return {
+        ratio = compute_ratio(log_probs.detach(), rollout.old_log_probs)
+        record = {
             "loss": loss.item(),
             "mean_reward": rollout.rewards.mean().item(),
             "kl": None if kl is None else kl.item(),
-            "clip_fraction": clip_fraction(
-                log_probs,
-                rollout.old_log_probs,
-                rollout.deltas,
-                config.epsilon,
-                epsilon_high=config.epsilon_high,
-                mask=rollout.mask,
-            ),
+            "clip_fraction": None,
             "entropy": entropy.item(),
             "ratio_mean": ratio[rollout.mask > 0].mean().item(),
             "grad_norm": grad_norm.item(),
             "response_length": rollout.mask.sum(dim=-1).mean().item(),
             "frac_reward_zero_std": frac_reward_zero_std(rollout.rewards),
-        } | rollout.metrics
+        }
+        return record | loss_metrics | rollout.metrics
 
 
 def _token_entropy_if_needed(policy, rollout: Rollout, config: TrainConfig):
@@ -240,7 +264,7 @@ def _reuses_step_log_probs(config: TrainConfig, source) -> bool:
 
 
 def evaluate_greedy(policy, prompts: torch.Tensor, task) -> dict[str, float]:
-    """Greedy decoding on ``prompts`` int[batch, pos], scored by ``task``.
+    """Greedy decoding on ``prompts`` int[batch, prompt_pos], scored by ``task``.
 
     Returns {'exact_sort': fraction answered exactly (``task.exact``), 'mean_reward':
     mean ``task.reward`` of the greedy responses}.
@@ -258,7 +282,7 @@ def _evaluate_on_schedule(history, task, config, epochs_done: int, counters: dic
     Due: before training, every ``eval_every`` epochs, at the last epoch, and at the end of
     the ``epochs_after_target`` window. ``history.target_epoch`` records when validation
     first reached the target; the run stops ``epochs_after_target`` epochs later (0: at
-    once, the old behaviour), so ``history.largest_drop_after_target()`` can see a collapse.
+    once), so ``history.largest_drop_after_target()`` can see a collapse.
     """
     window_end = None
     if history.target_epoch is not None:
@@ -324,6 +348,8 @@ def heldout_split(config: TrainConfig, task=None) -> tuple[torch.Tensor, torch.T
 
     Disjoint by the task's key and drawn with ``config.eval_seed``: the same sets for every
     training seed, and the loop never trains on a prompt with one of their keys.
+
+    Taught in notebooks 04, 09.
     """
     task = config.build_task() if task is None else task
     sizes = (config.heldout_size, config.heldout_size)

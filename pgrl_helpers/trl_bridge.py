@@ -4,12 +4,14 @@ Optional: needs the extra ``requirements-scale.txt`` (trl, transformers, tokeniz
 datasets). Nothing here imports those libraries at module import time, so the core
 package never requires them; each function imports what it uses.
 
-The TrainConfig -> GRPOConfig mapping lives in ``trl_config`` (re-exported here); this
+The TrainConfig -> GRPOConfig mapping lives in ``trl_config`` (import it from there); this
 module holds the sort task in text (tokenizer, prompts, dataset, reward), the tiny GPT-2,
 and the pieces that cross-check TRL's loss against ours.
 
-Shapes: prompts int[batch, pos] (our convention), TRL's flat rows are
+Shapes: prompts int[batch, prompt_pos] (our convention), TRL's flat rows are
 ``batch * G`` completions, prompt ``i`` repeated G times in a row.
+
+Taught in notebook 09.
 """
 
 from __future__ import annotations
@@ -21,22 +23,6 @@ from collections.abc import Callable, Sequence
 import torch
 
 from .sort_task import REWARD_FNS
-from .trl_config import (  # noqa: F401  (re-exported: the bridge's public API)
-    AGGREGATION_TO_LOSS_TYPE,
-    DEFAULT_LOSS_TYPE,
-    DELTA_MODE_TO_SCALE_REWARDS,
-    EQUIVALENT_LOSS_TYPES,
-    LOSS_TYPES,
-    TRL_ONLY_SCALE_REWARDS,
-    UNSUPPORTED_DELTA_MODES,
-    grpo_config_kwargs,
-    kl_kwargs_for,
-    loss_kwargs_for,
-    loss_type_for,
-    mapping_table,
-    response_length,
-    scale_rewards_for,
-)
 
 #: Special tokens of the word-level sort tokenizer (ids 0, 1, 2, 3 in this order).
 PAD_TOKEN, EOS_TOKEN, UNK_TOKEN, SEP_TOKEN = "<pad>", "<eos>", "<unk>", ":"
@@ -51,11 +37,6 @@ SPECIAL_TOKENS: tuple[str, ...] = (PAD_TOKEN, EOS_TOKEN, UNK_TOKEN, SEP_TOKEN)
 def format_prompt(prompt: Sequence[int]) -> str:
     """[3, 1, 4] -> '3 1 4 :' (digits separated by spaces, then the separator)."""
     return " ".join(str(int(x)) for x in prompt) + f" {SEP_TOKEN}"
-
-
-def format_response(response: Sequence[int]) -> str:
-    """[1, 3, 4] -> '1 3 4'."""
-    return " ".join(str(int(x)) for x in response)
 
 
 def parse_numbers(text: str, length: int, vocab_size: int) -> list[int] | None:
@@ -205,12 +186,15 @@ def build_tiny_gpt2(
 
 
 def make_sort_dataset(prompts: torch.Tensor):
-    """A ``datasets.Dataset`` with a 'prompt' text column, one row per prompt int[batch, pos]."""
+    """A ``datasets.Dataset`` with a 'prompt' text column, one row per prompt.
+
+    prompts: int[batch, prompt_pos].
+    """
     from datasets import Dataset
 
     if not isinstance(prompts, torch.Tensor) or prompts.ndim != 2:
         shape = list(prompts.shape) if isinstance(prompts, torch.Tensor) else type(prompts).__name__
-        raise ValueError(f"prompts must be a tensor of shape [batch, pos], got {shape}")
+        raise ValueError(f"prompts must be a tensor of shape [batch, prompt_pos], got {shape}")
     return Dataset.from_dict({"prompt": [format_prompt(p) for p in prompts.tolist()]})
 
 
@@ -325,7 +309,7 @@ def trl_loss(trainer, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
 
     Calls ``trainer.compute_loss`` outside ``trainer.train()``: the one attribute the
     training loop would have set, ``current_gradient_accumulation_steps``, is set to 1
-    (one micro-batch per optimizer step, as ``grpo_config_kwargs`` configures).
+    (one micro-batch per optimizer step, as ``trl_config.grpo_config_kwargs`` configures).
     Build no other ``GRPOConfig`` between creating ``trainer`` and this call: creating
     training arguments resets accelerate's process-global state that the trainer uses.
     """
@@ -338,7 +322,7 @@ def trl_loss(trainer, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
 def evaluate_greedy_lm(
     model, tokenizer, prompts: torch.Tensor, reward_fn: str | Callable = "sort_distance_reward"
 ) -> dict[str, float]:
-    """Greedy completions of a causal LM on prompts int[batch, pos] -> summary numbers.
+    """Greedy completions of a causal LM on prompts int[batch, prompt_pos] -> summary numbers.
 
     Returns {'mean_reward', 'exact_sort', 'malformed'}: the mean reward of the greedy
     completions (malformed ones scored by ``sort_reward_func``'s -1), the fraction sorted
@@ -346,7 +330,7 @@ def evaluate_greedy_lm(
     """
     if not isinstance(prompts, torch.Tensor) or prompts.ndim != 2:
         shape = list(prompts.shape) if isinstance(prompts, torch.Tensor) else type(prompts).__name__
-        raise ValueError(f"prompts must be a tensor of shape [batch, pos], got {shape}")
+        raise ValueError(f"prompts must be a tensor of shape [batch, prompt_pos], got {shape}")
     vocab_size = len(tokenizer) - len(SPECIAL_TOKENS)
     length = prompts.shape[1]
     texts = [format_prompt(p) for p in prompts.tolist()]

@@ -22,6 +22,8 @@ Checked against TRL 1.16.0 (``trl/trainer/grpo_trainer.py`` and ``grpo_config.py
   ``dr_grpo`` sum / (sequences x max_completion_length) (masking.py's three aggregations);
 * entropy bonus: ``loss -= entropy_coef * H`` with H the mean entropy over the real
   completion tokens, whatever ``loss_type`` (``GRPOConfig.entropy_coef``).
+
+Taught in notebooks 09, 11.
 """
 
 from __future__ import annotations

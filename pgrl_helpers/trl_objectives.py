@@ -11,6 +11,8 @@ ScaleRL eps_max, e.g. 5.0) with no lower clip; ours clips at 1 + epsilon_high an
 1 - epsilon, so TRL's eps_max = 1 + our epsilon_high and our epsilon = 1 (the lower edge
 0 never binds). Dr. GRPO divides by max_completion_length: our ``constant_normalizer``
 with L = pos.
+
+Taught in notebook 11.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ def trl_vs_ours(trainer, name, log_probs_fn, inputs, deltas, old, mask, epsilon,
     ``trainer``: a ``GRPOTrainer`` with beta 0 whose ``loss_type``,
     ``importance_sampling_level`` and clip range are set here; ``log_probs_fn()`` returns
     our log-probs float[batch, trial, pos] of the same model (with grad).
+
+    Taught in notebook 11.
     """
     trl_type, trl_level, mode, level, aggregation = TRL_LOSS_TYPES[name]
     trainer.loss_type, trainer.importance_sampling_level = trl_type, trl_level
@@ -90,6 +94,8 @@ def build_cross_check(output_dir, vocab_size=5, length=3, prompts=4, group=6, se
     Returns {'trainer', 'log_probs_fn', 'inputs', 'deltas', 'old', 'mask'}: completions of
     random digits with lengths 1 .. length (the mask float[prompts, group, length]),
     random deltas, and old log-probs = current + 0.3 N(0, 1) so that the clips bind.
+
+    Taught in notebook 11.
     """
     import transformers
     from trl import GRPOConfig, GRPOTrainer
@@ -97,6 +103,7 @@ def build_cross_check(output_dir, vocab_size=5, length=3, prompts=4, group=6, se
     from . import trl_bridge as tb
     from .config import TrainConfig
     from .sort_task import make_prompts
+    from .trl_config import grpo_config_kwargs
 
     transformers.logging.set_verbosity_error()
     tok = tb.build_sort_tokenizer(vocab_size)
@@ -105,7 +112,7 @@ def build_cross_check(output_dir, vocab_size=5, length=3, prompts=4, group=6, se
         num_steps_per_epoch=1, num_responses=group, prompt_source="random",
         prompts_per_epoch=prompts, prompt_length=length, vocab_size=vocab_size,
     )  # fmt: skip
-    kwargs = tb.grpo_config_kwargs(
+    kwargs = grpo_config_kwargs(
         config, output_dir=str(output_dir), report_to="none", save_strategy="no", use_cpu=True
     )
     trainer = GRPOTrainer(

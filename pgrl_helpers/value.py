@@ -10,13 +10,13 @@ critic and uses the group mean instead.
 * ``AutoregressiveValueModel``: a separate critic of the policy's shape (the
   ``AutoregressiveSortPolicy`` trunk with a scalar head instead of the unembedding).
   This copy is what the memory argument is about (``pgrl_helpers.memory``).
-* ``ValueHead``: the cheaper alternative, a scalar head on the *policy's* trunk
-  (trained through the combined objective ``ppo_combined_loss``).
 * ``value_loss``: squared error to the GAE returns, optionally clipped (PPO2).
 * ``GAEEstimator``: the loop's ``advantage_estimator="gae"``: owns the critic and its
   Adam optimizer, makes per-token deltas, and fits the critic in ``after_epoch``.
 
 Shapes: prompts int[batch, prompt_pos]; responses, values, mask float[batch, trial, pos].
+
+Taught in notebook 10.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch
 from einops import rearrange, repeat
 from torch import nn
 
-from ._validate import check_finite, check_ndim
+from ._validate import check_bool, check_finite, check_ndim, check_number
 from .autoregressive import AutoregressiveSortPolicy, _with_separator
 from .gae import check_binary_mask, compute_gae, outcome_token_rewards, whiten
 from .kl import kl_k1
@@ -41,14 +41,6 @@ def _response_inputs(model, prompts: torch.Tensor, responses: torch.Tensor) -> t
     context = repeat(_with_separator(model, prompts), "batch pos -> (batch trial) pos", trial=trial)
     flat = rearrange(responses.long(), "batch trial pos -> (batch trial) pos")
     return torch.cat([context, flat[:, :-1]], dim=1)
-
-
-def trunk_features(policy: AutoregressiveSortPolicy, tokens: torch.Tensor) -> torch.Tensor:
-    """The policy's last hidden states (before the unembedding): float[batch, seq, d_model]."""
-    x = policy.embedding(tokens) + policy.position[: tokens.shape[1]]
-    for block in policy.blocks:
-        x = block(x)
-    return policy.final_norm(x)
 
 
 def _values_from(features: torch.Tensor, head: nn.Linear, batch: int, prompt_length: int):
@@ -91,28 +83,8 @@ class AutoregressiveValueModel(nn.Module):
     def values(self, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
         """V(s_t) at every response slot, float[batch, trial, pos] (mask the padding)."""
         tokens = _response_inputs(self.trunk, prompts, responses)
-        features = trunk_features(self.trunk, tokens)
+        features = self.trunk.features(tokens)
         return _values_from(features, self.head, prompts.shape[0], self.prompt_length)
-
-
-class ValueHead(nn.Module):
-    """A scalar head on the policy's own trunk: V(s_t) with no second network.
-
-    ``values(policy, prompts, responses)`` -> float[batch, trial, pos]; the gradient
-    of a value loss flows into the policy's trunk, so it is trained with the policy
-    through ``ppo_combined_loss`` (one optimizer over policy + head parameters).
-    """
-
-    def __init__(self, d_model: int, seed: int | None = None):
-        super().__init__()
-        with torch.random.fork_rng(enabled=seed is not None):
-            if seed is not None:
-                torch.manual_seed(seed)
-            self.head = nn.Linear(d_model, 1)
-
-    def values(self, policy, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
-        features = trunk_features(policy, _response_inputs(policy, prompts, responses))
-        return _values_from(features, self.head, prompts.shape[0], policy.prompt_length)
 
 
 def value_loss(
@@ -155,31 +127,38 @@ def value_loss(
     return 0.5 * masked_mean(squared, check_binary_mask(mask))  # holes (tool tokens) allowed
 
 
-def ppo_combined_loss(
-    policy_loss: torch.Tensor,
-    critic_loss: torch.Tensor,
-    value_coef: float = 0.5,
-    entropy: torch.Tensor | None = None,
-    entropy_coef: float = 0.0,
-) -> torch.Tensor:
-    """PPO's objective as a loss (Schulman et al. 2017, eq. 9, negated):
+def check_value_fields(config) -> None:
+    """Raise naming the first bad PPO / value-model field of a ``TrainConfig``.
 
-        L = L_policy + c1 * L_value - c2 * entropy
-
-    for a value head sharing the policy's trunk (one optimizer). With a separate critic
-    the two losses touch disjoint parameters, so each network takes its own steps and
-    c1 only rescales the critic's gradient (Adam is nearly scale-invariant).
+    gamma and gae_lambda in [0, 1]; critic_learning_rate and value_clip positive or None;
+    whiten_advantages and kl_in_reward True or False; advantage_estimator 'gae' needs the
+    autoregressive policy (the critic is its trunk), and kl_in_reward needs 'gae' and
+    kl_coef > 0 (the KL goes into per-token rewards).
     """
-    if not (isinstance(value_coef, (int, float)) and math.isfinite(value_coef) and value_coef >= 0):
-        raise ValueError(f"value_coef must be >= 0 and finite, got {value_coef!r}")
-    loss = policy_loss + value_coef * critic_loss
-    if entropy is not None:
-        loss = loss - entropy_coef * entropy
-    return loss
+    check_number(config.gamma, "gamma", 0, 1, low_inclusive=True)
+    check_number(config.gae_lambda, "gae_lambda", 0, 1, low_inclusive=True)
+    check_number(config.critic_learning_rate, "critic_learning_rate", 0, allow_none=True)
+    check_number(config.value_clip, "value_clip", 0, allow_none=True)
+    check_bool(config.whiten_advantages, "whiten_advantages")
+    check_bool(config.kl_in_reward, "kl_in_reward")
+    if config.advantage_estimator == "gae" and config.model != "autoregressive":
+        raise ValueError(
+            "advantage_estimator 'gae' needs model 'autoregressive' (its critic is the "
+            f"autoregressive trunk with a value head), got model {config.model!r}"
+        )
+    if config.kl_in_reward and (config.advantage_estimator != "gae" or config.kl_coef <= 0):
+        raise ValueError(
+            "kl_in_reward puts -kl_coef x k1 into per-token rewards: it needs "
+            "advantage_estimator 'gae' (per-token advantages) and kl_coef > 0, got "
+            f"{config.advantage_estimator!r} and {config.kl_coef!r}"
+        )
 
 
 def build_critic(config) -> AutoregressiveValueModel:
-    """The separate critic for a config: the policy's trunk shape, seeded with config.seed."""
+    """The separate critic for a config: the policy's trunk shape, seeded with config.seed.
+
+    Taught in notebook 10.
+    """
     return AutoregressiveValueModel(
         config.vocab_size,
         config.prompt_length,

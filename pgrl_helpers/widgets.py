@@ -18,6 +18,8 @@
 A notebook can call the plain functions without any widget, which is how the same
 comparison is checked deterministically; tests drive the dashboard's widgets (they are
 attributes) with ``synchronous=True`` so a click trains in the calling thread.
+
+Taught in notebook 07.
 """
 
 from __future__ import annotations
@@ -156,6 +158,8 @@ def summarize_history(history: History) -> dict:
 
     Returns {'run', 'epochs', 'steps', 'final_mean_reward', 'validation_exact_sort',
     'train_exact_sort', 'stop_reason'}; values are None where the run has no record.
+
+    Taught in notebook 07.
     """
     _check_history(history)
     steps = [r for r in history if r["kind"] == "step"]
@@ -176,7 +180,10 @@ def _fmt(value, spec: str) -> str:
 
 
 def format_runs_table(histories: Sequence[History]) -> str:
-    """Plain-text table, one line per run (as ``summarize_history`` measures it)."""
+    """Plain-text table, one line per run (as ``summarize_history`` measures it).
+
+    Taught in notebook 07.
+    """
     rows = [summarize_history(h) for h in histories]
     width = max([len("run")] + [len(r["run"]) for r in rows])
     lines = [
@@ -210,6 +217,8 @@ def plot_histories(
     None a new ``matplotlib.figure.Figure`` (not registered with pyplot) is created.
     With ``highlight_last`` (the dashboard's view) earlier runs are drawn thin and the
     last run bold; otherwise all runs alike. Returns the figure.
+
+    Taught in notebook 07.
     """
     for h in histories:
         _check_history(h)
@@ -627,6 +636,8 @@ def make_dashboard(
     in the calling thread (tests); by default a click on Train starts a background
     thread so that Stop and the rest of the notebook stay responsive. ``redraw_every``:
     epochs between plot updates (default: a tenth of the run).
+
+    Taught in notebook 07.
     """
     if base_config is not None and not isinstance(base_config, TrainConfig):
         raise TypeError(f"base_config must be a TrainConfig, got {type(base_config).__name__}")

@@ -18,7 +18,7 @@ Same, with a vLLM generation server on the last GPU (start it first, see scale/R
         scale/train_sort_grpo.py --model-dir runs/sort-init --use-vllm server
 
 The training settings are a ``pgrl_helpers.training.TrainConfig`` turned into
-``trl.GRPOConfig`` arguments by ``pgrl_helpers.trl_bridge.grpo_config_kwargs``; only the
+``trl.GRPOConfig`` arguments by ``pgrl_helpers.trl_config.grpo_config_kwargs``; only the
 per-device batch and the generation back end change with the number of processes.
 """
 
@@ -144,7 +144,7 @@ def main(argv=None) -> dict:
     from accelerate import PartialState
     from trl import GRPOConfig, GRPOTrainer
 
-    from pgrl_helpers import trl_bridge
+    from pgrl_helpers import trl_bridge, trl_config
     from pgrl_helpers.config import TrainConfig
     from pgrl_helpers.sort_task import make_prompts
 
@@ -182,7 +182,7 @@ def main(argv=None) -> dict:
             print(f"initial model in {model_dir}")
         return {"model_dir": str(model_dir)}
 
-    kwargs = trl_bridge.grpo_config_kwargs(
+    kwargs = trl_config.grpo_config_kwargs(
         config,
         args.loss_type,
         output_dir=str(workdir),

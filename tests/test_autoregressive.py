@@ -10,7 +10,6 @@ from pgrl_helpers.autoregressive import (
     AutoregressiveSortPolicy,
     compute_log_probs,
     greedy_responses,
-    response_lengths,
     response_mask,
     sample_responses,
     sample_with_mask,
@@ -45,7 +44,7 @@ def test_response_mask_hand_case():
     responses = torch.tensor([[[1, 2, EOS, EOS], [EOS, 3, 3, 3], [1, 2, 3, 4]]])
     expected = torch.tensor([[[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]]], dtype=torch.float32)
     assert torch.equal(response_mask(responses, EOS), expected)
-    assert response_lengths(responses, EOS).tolist() == [[3, 1, 4]]
+    assert response_mask(responses, EOS).sum(-1).tolist() == [[3, 1, 4]]
     assert content_lengths(responses, EOS).tolist() == [[2, 0, 4]]
 
 
@@ -70,7 +69,7 @@ def test_sampling_respects_eos_and_max_length():
     with torch.no_grad():  # always stop at once: one EOS, then padding
         model.unembed.bias[EOS] = 1e4
     responses = sample_responses(model, prompts(3), 4, torch.Generator().manual_seed(1))
-    assert (responses == EOS).all() and response_lengths(responses, EOS).eq(1).all()
+    assert (responses == EOS).all() and response_mask(responses, EOS).sum(-1).eq(1).all()
 
 
 def test_sampling_is_seeded_and_batched_greedy_matches_one_by_one():

@@ -10,6 +10,7 @@ import torch
 
 from pgrl_helpers import checks
 from pgrl_helpers.advantages import compute_deltas
+from pgrl_helpers.checks.losses import _reference_loop
 from pgrl_helpers.exact import all_responses, exact_expected_reward
 from pgrl_helpers.kl import kl_k1, kl_k3
 from pgrl_helpers.losses import compute_loss
@@ -96,7 +97,7 @@ def _loo_baseline(rewards):
 
 
 def _loop(*args, **kwargs):
-    checks._reference_loop(*args, **kwargs)
+    _reference_loop(*args, **kwargs)
 
 
 REFERENCES = [

@@ -1,4 +1,4 @@
-"""A dedup response that never emits EOS is scored as wrong (issue 21, item 5).
+"""A dedup response that never emits EOS is scored as wrong.
 
 Before the fix, a policy with no slot left for EOS (pos <= target length) got full reward
 for a cut-off response: prompt [2, 0, 1], response [0, 1, 2] without EOS scored 1.0 while

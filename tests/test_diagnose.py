@@ -244,7 +244,7 @@ def test_non_finite_metric_is_named():
 
 
 def test_the_lecture_stuck_run_is_not_called_healthy():
-    """Issue 29 item 4: 3 of 5 reward and nothing sorted used to get 'no findings'."""
+    """3 of 5 reward and nothing sorted must not get 'no findings'."""
     history = run(PLANTED["plateau"][0])
     assert history.evals()[-1]["train_exact_sort"] == 0.0
     text = dg.format_findings(diagnose(history))

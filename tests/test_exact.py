@@ -145,7 +145,7 @@ def test_bad_inputs_raise(setup):
         reinforce_gradient_estimate(model, prompts, 1, REWARD, baseline="leave_one_out")
     with pytest.raises(ValueError, match="num_samples"):
         reinforce_gradient_estimate(model, prompts, 0, REWARD)
-    with pytest.raises(ValueError, match="shape \\[batch, pos\\]"):
+    with pytest.raises(ValueError, match="shape \\[batch, prompt_pos\\]"):
         exact_expected_reward(model, prompts[0], REWARD)
     with pytest.raises(TypeError, match="nn.Module"):
         response_probs("model", prompts)

@@ -1,4 +1,4 @@
-"""The four disagreements with verl / OpenRLHF / SkyRL / slime (issue 28), and masks with holes.
+"""The four disagreements with verl / OpenRLHF / SkyRL / slime, and masks with holes.
 
 Each test here failed on the code before the fix: REINFORCE++-baseline whitened per
 response, k1 / k2 were capped at |log ratio| = 20, ``compute_gae`` returned float32 for

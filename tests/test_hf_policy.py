@@ -39,7 +39,7 @@ def direct_log_probs(model, tokenizer, prompts, responses):
     batch, trial, pos = responses.shape
     prompt_ids = tokenizer([trl_bridge.format_prompt(p) for p in prompts.tolist()])["input_ids"]
     prompt_ids = torch.tensor(prompt_ids).repeat_interleave(trial, dim=0)
-    texts = [trl_bridge.format_response(r) for r in responses.reshape(-1, pos).tolist()]
+    texts = [" ".join(map(str, r)) for r in responses.reshape(-1, pos).tolist()]  # '1 3 4'
     completion_ids = torch.tensor(tokenizer(texts)["input_ids"])
     with torch.no_grad():
         return trl_bridge.completion_log_probs(model, prompt_ids, completion_ids).reshape(

@@ -77,7 +77,7 @@ def test_policy_token_kl_is_zero_for_a_copy_and_matches_the_estimators():
 
 def test_policy_token_kl_rejects_bad_prompts():
     model = LectureModel(5, 4, 3, 3, seed=0)
-    with pytest.raises(ValueError, match=r"prompts must have shape \[batch, pos\]"):
+    with pytest.raises(ValueError, match=r"prompts must have shape \[batch, prompt_pos\]"):
         policy_token_kl(torch.zeros(3, dtype=torch.long), model, model)
 
 

@@ -1,14 +1,10 @@
-"""The loop reproduces, number for number, the histories recorded before its refactor.
+"""The loop reproduces, number for number, the histories recorded in ``tests/data``.
 
-The data were first recorded by ``tests/loop_regression_configs.py`` on the pre-refactor
-loop (commit 53891de); the refactored loop reproduced all seven exactly (commit 8270f18).
-Holding out by content (issue 12: a held-out *multiset* for 'sort' with random prompts,
-a held-out *set of values* for 'sort_dedup') then changed the held-out and training prompts
-of the four random-prompt configs, which were re-recorded; the three lecture configs (fixed
-prompts, ordered keys, as before) still reproduce the original recording. They cover the lecture model, the transformer and the autoregressive
-policy; naive / unclipped / clipped losses; KL with k1 and k3; the entropy bonus;
-clip-higher; both loss aggregations; the freeze pitfall. Any change in how the loop
-samples, scores or steps changes some number here.
+The data are recorded by ``tests/loop_regression_configs.py``: seven configs that cover the
+lecture model, the transformer and the autoregressive policy; naive / unclipped / clipped
+losses; KL with k1 and k3; the entropy bonus; clip-higher; both loss aggregations; the
+freeze pitfall. Any change in how the loop samples, scores or steps changes some number
+here.
 
 What "number for number" means across machines: every integer, string and boolean (counts,
 epochs, stop reasons) must be identical; a float may differ by at most ``FLOAT_TOL``

@@ -9,6 +9,7 @@ labelled axes and titles.
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from matplotlib.figure import Figure
@@ -109,3 +110,44 @@ def test_the_figure_styles():
         ("-", 6, 0.35), ("--", 2.5, 0.9), (":", 3, 1.0), ("-", 1.5, 1.0), ("-", 1.5, 1.0),
         ("-.", 2, 1.0),
     ]  # fmt: skip
+
+
+# ---- clip_settings: the curves' clip edges and the overrides (the clip widget's sliders) -------
+
+
+def test_clip_settings_defaults_and_overrides():
+    assert cf.clip_settings("clip-higher") == (0.2, 0.28)
+    assert cf.clip_settings("clip-higher", 0.1, 0.5) == (0.1, 0.5)
+    assert cf.clip_settings("clip-higher", epsilon=0.1) == (0.1, 0.28)
+    assert cf.clip_settings("clip-higher", epsilon_high=0.5) == (0.2, 0.5)
+    assert cf.clip_settings("PPO-clip", 0.3, 0.9) == (0.3, 0.3)  # symmetric: epsilon both sides
+    assert cf.clip_settings("GSPO") == (3e-4, 4e-4)
+
+
+@pytest.mark.parametrize("fn", [cf.weight_formula, cf.autograd_weight])
+def test_both_weights_read_the_overrides(fn):
+    # A > 0, r = 1.35: cut at the default 1 + 0.28, kept at 1 + 0.4
+    assert fn("clip-higher", 1.35, 1) == 0.0
+    assert fn("clip-higher", 1.35, 1, epsilon_high=0.4) == pytest.approx(1.35)
+    # A < 0, r = 0.75: cut at the default 1 - 0.2, kept at 1 - 0.3; epsilon_high is not epsilon
+    assert fn("clip-higher", 0.75, -1) == 0.0
+    assert fn("clip-higher", 0.75, -1, epsilon=0.3) == pytest.approx(0.75)
+    assert fn("clip-higher", 0.75, -1, epsilon_high=0.4) == 0.0
+
+
+@pytest.mark.parametrize("fn", [cf.clip_settings, cf.weight_formula, cf.autograd_weight])
+def test_an_unknown_curve_is_named(fn):
+    args = ("PPO",) if fn is cf.clip_settings else ("PPO", 1.0, 1)
+    message = "unknown curve 'PPO'; valid names are: " + ", ".join(cf.CLIP_FAMILY)
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        fn(*args)
+
+
+@pytest.mark.parametrize("what", ["epsilon", "epsilon_high"])
+@pytest.mark.parametrize("bad", [0, -0.1, True, "0.2"])
+def test_a_bad_clip_edge_is_named(what, bad):
+    with pytest.raises(
+        ValueError, match=f"^{what} must be a positive number, got {re.escape(repr(bad))}$"
+    ):
+        cf.clip_settings("CISPO", **{what: bad})
+    cf.clip_settings("CISPO", **{what: 1e-9})  # just above 0 is fine

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from pgrl_helpers.covariance import check_kl_cov, kl_cov_tokens, token_covariance
+from pgrl_helpers.covariance import kl_cov_tokens, token_covariance
 
 
 def _tied_batch():
@@ -37,8 +37,10 @@ def test_per_token_deltas_are_used_as_given():
 
 
 def test_a_ratio_that_is_not_a_number_raises_value_error_naming_it():
-    with pytest.raises(ValueError, match=r"^kl_cov_ratio must be a number in \(0, 1\], got '0.1'$"):
-        check_kl_cov("0.1", 1.0, "token")
+    log_probs, deltas = _tied_batch()
+    for bad in ("0.1", 0.0, 1.5, float("nan"), True):
+        with pytest.raises(ValueError, match=r"^kl_cov_ratio must be .*1"):
+            kl_cov_tokens(log_probs, deltas, bad)
 
 
 def test_error_messages_name_the_argument_and_its_shape():
@@ -131,3 +133,30 @@ def test_check_clip_cov_messages():
     with pytest.raises(ValueError, match="^clip_cov_ub must be a number, got '5'$"):
         check_clip_cov(0.1, 1.0, "5")
     check_clip_cov(0.0, -math.inf, math.inf)  # off, with an unbounded band
+
+
+def test_check_clip_cov_fields_needs_the_clipped_token_loss():
+    import re
+    from types import SimpleNamespace
+
+    from pgrl_helpers.covariance import check_clip_cov_fields
+
+    def config(**fields):
+        base = dict(clip_cov_ratio=0.1, clip_cov_lb=1.0, clip_cov_ub=5.0, loss_mode="clipped",
+                    policy_objective="token")  # fmt: skip
+        return SimpleNamespace(**{**base, **fields})
+
+    check_clip_cov_fields(config())  # Clip-Cov on the clipped per-token loss
+    check_clip_cov_fields(config(clip_cov_ratio=0.0, loss_mode="naive", policy_objective="x"))
+    for fields, got in (
+        (dict(loss_mode="naive"), "'naive' and 'token'"),
+        (dict(policy_objective="sequence"), "'clipped' and 'sequence'"),
+    ):
+        message = (
+            "clip_cov_ratio > 0 (Clip-Cov) detaches tokens of the clipped PPO loss: it needs "
+            f"loss_mode 'clipped' and policy_objective 'token', got {got}"
+        )
+        with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+            check_clip_cov_fields(config(**fields))
+    with pytest.raises(ValueError, match="^clip_cov_ratio must be a number in"):
+        check_clip_cov_fields(config(clip_cov_ratio=1.5))

@@ -165,3 +165,54 @@ def test_adaptive_kl_controller_refuses_bools_and_accepts_horizon_1():
         controller.update(1.0, True)
     with pytest.raises(ValueError, match="^current_kl must be finite, got inf$"):
         controller.update(math.inf, 1)
+
+
+# --- check_kl_fields: kl_coef, the estimator, the refresh period, the adaptive controller --
+
+
+def _kl_fields(**fields):
+    from types import SimpleNamespace
+
+    base = dict(kl_coef=0.0, kl_estimator="k3", compute_ref_model_period=10, kl_horizon=10000,
+                kl_target=None, kl_in_reward=False)  # fmt: skip
+    return SimpleNamespace(**{**base, **fields})
+
+
+def test_check_kl_fields_passes_the_edges():
+    from pgrl_helpers.kl import check_kl_fields
+
+    for edge in (dict(kl_coef=0), dict(kl_estimator="k1"), dict(compute_ref_model_period=1),
+                 dict(kl_horizon=1), dict(kl_target=1e-9, kl_coef=1e-9)):  # fmt: skip
+        check_kl_fields(_kl_fields(**edge))
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(kl_coef=-1e-9), "kl_coef must be a finite number >= 0, got -1e-09"),
+        (dict(kl_coef=math.inf), "kl_coef must be a finite number >= 0, got inf"),
+        (dict(kl_coef=True), "kl_coef must be a finite number >= 0, got True"),
+        (dict(kl_estimator="k4"), "unknown kl_estimator 'k4'; valid values are: k1, k2, k3"),
+        (dict(compute_ref_model_period=0), "compute_ref_model_period must be a positive int, got 0"),
+        (dict(compute_ref_model_period=2.0),
+         "compute_ref_model_period must be a positive int, got 2.0"),
+        (dict(kl_horizon=0), "kl_horizon must be a positive int, got 0"),
+        (dict(kl_horizon=True, kl_target=1.0, kl_coef=0.1),
+         "kl_horizon must be a positive int, got True"),
+        (dict(kl_target=1.0, kl_coef=0.0),
+         "kl_target adapts the KL term's coefficient, starting from kl_coef: it needs kl_coef > 0 "
+         "and kl_in_reward False, got 0.0 and False"),
+        (dict(kl_target=1.0, kl_coef=0.1, kl_in_reward=True),
+         "kl_target adapts the KL term's coefficient, starting from kl_coef: it needs kl_coef > 0 "
+         "and kl_in_reward False, got 0.1 and True"),
+        (dict(kl_target=0.0, kl_coef=0.1), "kl_target must be a positive number, got 0.0"),
+        (dict(kl_target=math.inf, kl_coef=0.1), "kl_target must be finite, got inf"),
+    ],
+)  # fmt: skip
+def test_check_kl_fields_names_each_bad_field(fields, message):
+    import re
+
+    from pgrl_helpers.kl import check_kl_fields
+
+    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+        check_kl_fields(_kl_fields(**fields))

@@ -2,8 +2,7 @@
 
 Modes compared outside the trust region, defaults, clip_fraction at its edges and for
 zero / small deltas, the ratio clamp on both sides, and error messages that name the
-argument. Deliberately NOT pinned: whether epsilon >= 1 is refused by the clipped loss
-(issue 11 changes that to "any finite epsilon > 0").
+argument. Any finite epsilon > 0 is allowed (>= 1: no lower clip).
 """
 
 from __future__ import annotations
@@ -17,11 +16,13 @@ import torch
 
 from pgrl_helpers._validate import MAX_LOG_RATIO
 from pgrl_helpers.losses import (
+    LossOptions,
     clip_fraction,
     clip_mask,
     compute_loss,
     compute_per_token_loss,
     compute_ratio,
+    per_token_loss_and_metrics,
     sequence_log_ratio,
 )
 from pgrl_helpers.masking import high_entropy_mask
@@ -177,16 +178,18 @@ def test_clip_mask_signs_default_epsilon_and_the_loss_passes_epsilon_high():
     assert default.dtype == torch.int8
     # delta +1: 1.25, 1.5, 2.0 clipped high; delta -1: 0.25, 0.5, 0.75 clipped low; delta 0: none
     assert default[0].tolist() == [[0, 0, 0, 0, 1, 1, 1], [-1, -1, -1, 0, 0, 0, 0], [0] * 7]
-    _, mask = compute_per_token_loss(
-        log_probs, deltas, "clipped", old, epsilon=0.2, epsilon_high=0.3, return_clip_mask=True
-    )
+    mask = clip_mask(log_probs, old, deltas, 0.2, 0.3)
     assert mask[0, 0].tolist() == [0, 0, 0, 0, 0, 1, 1]  # 1.25 < 1.3: not clipped
-    assert torch.equal(mask, clip_mask(log_probs, old, deltas, 0.2, 0.3))
+    _, metrics = per_token_loss_and_metrics(
+        log_probs, deltas, "clipped", old, LossOptions(0.2, 0.3)
+    )
+    assert metrics["clip_fraction"] == pytest.approx((mask != 0).float().mean().item())
+    assert metrics["clip_fraction"] == pytest.approx(5 / 21)  # 1.5, 2.0 high; 0.25 .. 0.75 low
 
 
 def test_token_level_objective_picks_old_log_probs_by_config():
     log_probs, old, deltas = ratio_batch((1.0, -1.0))
-    rollout = SimpleNamespace(old_log_probs=old, deltas=deltas)
+    rollout = SimpleNamespace(old_log_probs=old, deltas=deltas, mask=None)
 
     def config(**kw):
         base = dict(
@@ -196,20 +199,27 @@ def test_token_level_objective_picks_old_log_probs_by_config():
         )  # fmt: skip
         return SimpleNamespace(**{**base, **kw})
 
-    got = token_level_objective(log_probs, rollout, config())
+    got, metrics = token_level_objective(log_probs, rollout, config())
     torch.testing.assert_close(
         got, compute_per_token_loss(log_probs, deltas, "clipped", old, 0.3, epsilon_high=0.4)
     )
     assert not torch.equal(got, compute_per_token_loss(log_probs, deltas, "clipped", old))
+    # ratios 1.5, 2.0 (delta +1) above 1.4; 0.25, 0.5 (delta -1) below 0.7: 4 of 14 tokens cut
+    assert metrics == {"clip_fraction": pytest.approx(4 / 14)}
     # the freeze guard stays on when the config says the old log-probs are detached
-    attached = SimpleNamespace(old_log_probs=old.clone().requires_grad_(True), deltas=deltas)
+    attached = SimpleNamespace(
+        old_log_probs=old.clone().requires_grad_(True), deltas=deltas, mask=None
+    )
     with pytest.raises(ValueError, match="^old_log_probs requires grad"):
         token_level_objective(log_probs, attached, config())
-    naive = token_level_objective(log_probs, rollout, config(loss_mode="naive"))
+    naive, metrics = token_level_objective(log_probs, rollout, config(loss_mode="naive"))
     torch.testing.assert_close(naive, compute_per_token_loss(log_probs, deltas, "naive"))
-    # the freeze pitfall on purpose: old = log_probs (attached), ratio 1, loss = -delta
-    frozen = token_level_objective(log_probs, rollout, config(detach_old_log_probs=False))
+    assert metrics == {}
+    # the freeze pitfall on purpose: old = log_probs (attached), ratio 1, loss = -delta,
+    # nothing clipped
+    frozen, metrics = token_level_objective(log_probs, rollout, config(detach_old_log_probs=False))
     torch.testing.assert_close(frozen, -deltas[:, :, None].expand_as(frozen))
+    assert metrics == {"clip_fraction": 0.0}
 
 
 # ---- the 2025 objectives: dual-clip, CISPO, SAPO, GSPO's sequence ratio -----------------
@@ -256,40 +266,89 @@ def test_sapo_temperatures_by_sign_and_their_defaults():
     assert loss == pytest.approx(2 / (1 + math.exp(-1.0)))
 
 
-def test_epsilon_is_checked_only_by_the_modes_that_clip():
-    bad = -0.5
-    for mode in ("clipped", "dual_clip", "cispo"):
-        with pytest.raises(
-            ValueError, match="^" + re.escape("epsilon must be a positive finite number, got -0.5")
-        ):
-            one_token(1.0, 1.0, mode=mode, epsilon=bad)
-    for mode in ("naive", "unclipped", "sapo"):
-        one_token(1.0, 1.0, mode=mode, epsilon=bad)
+def test_every_option_is_checked_whatever_the_mode():
+    """LossOptions checks all its fields, as TrainConfig does (a bad option of another mode is
+    still a bad setting)."""
+    for mode in ("naive", "unclipped", "clipped", "dual_clip", "cispo", "sapo"):
+        with pytest.raises(ValueError, match=r"^epsilon must be .*, got -0\.5$"):
+            one_token(1.0, 1.0, mode=mode, epsilon=-0.5)
+        with pytest.raises(ValueError, match=r"^dual_clip_c must be .*> 1.*, got 0\.5$"):
+            one_token(1.0, 1.0, mode=mode, dual_clip_c=0.5)
 
 
-@pytest.mark.parametrize(
-    "option, value, message",
-    [
-        ("dual_clip_c", 1.0, "dual_clip_c must be a finite number > 1, got 1.0"),
-        ("dual_clip_c", True, "dual_clip_c must be a finite number > 1, got True"),
-        ("dual_clip_c", math.inf, "dual_clip_c must be a finite number > 1, got inf"),
-        ("dual_clip_c", "3", "dual_clip_c must be a finite number > 1, got '3'"),
-        ("sapo_temperature_pos", 0.0, "sapo_temperature_pos must be a finite number > 0, got 0.0"),
-        ("sapo_temperature_neg", -1, "sapo_temperature_neg must be a finite number > 0, got -1"),
-        ("sapo_temperature_neg", math.nan, "sapo_temperature_neg must be a finite number > 0, got nan"),
-    ],
-)  # fmt: skip
-def test_objective_options_are_named(option, value, message):
-    mode = "dual_clip" if option == "dual_clip_c" else "sapo"
-    with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
-        one_token(1.0, 1.0, mode=mode, **{option: value})
-    one_token(1.0, 1.0, mode=mode, **{option: 1.0001})  # just above the bound is fine
+#: option -> (bound, a value just inside it, its mode): the edge refused, the inside accepted
+OPTION_BOUNDS = {
+    "epsilon": (0.0, 1e-9, "clipped"),
+    "epsilon_high": (0.0, 1e-9, "clipped"),
+    "dual_clip_c": (1.0, 1.0001, "dual_clip"),
+    "sapo_temperature_pos": (0.0, 1e-4, "sapo"),
+    "sapo_temperature_neg": (0.0, 1e-4, "sapo"),
+    "kl_cov_ratio": (0.0, 1e-9, "unclipped"),
+    "kl_cov_coef": (-1e-9, 0.0, "unclipped"),
+}
 
 
-def test_options_of_other_modes_are_not_checked():
-    one_token(1.0, 1.0, mode="clipped", dual_clip_c=0.5, sapo_temperature_pos=-1.0)
-    one_token(1.0, 1.0, mode="sapo", dual_clip_c=0.5)
-    one_token(1.0, 1.0, mode="dual_clip", sapo_temperature_neg=-1.0)
+@pytest.mark.parametrize("option", sorted(OPTION_BOUNDS))
+def test_objective_options_are_named_with_their_bound(option):
+    """The message names the option and the refused value; the bound is pinned by refusing
+    the edge and accepting a value just inside (not by the whole sentence)."""
+    bound, inside, mode = OPTION_BOUNDS[option]
+    for bad in (bound, bound - 1.0, math.inf, math.nan, True, "3"):
+        with pytest.raises(ValueError, match=f"^{option} must be .*, got {re.escape(repr(bad))}$"):
+            one_token(1.0, 1.0, mode=mode, **{option: bad})
+    one_token(1.0, 1.0, mode=mode, **{option: inside})
+    with pytest.raises(ValueError) as refused:
+        LossOptions(**{option: bound})
+    said = str(refused.value).split(", got ")[0]  # the bound, in the words of check_number
+    assert any(words in said for words in BOUND_WORDS[option]), said
+
+
+#: how a message may state each option's bound
+BOUND_WORDS = {
+    "epsilon": ("positive", "> 0"),
+    "epsilon_high": ("positive", "> 0"),
+    "dual_clip_c": ("> 1",),
+    "sapo_temperature_pos": ("positive", "> 0"),
+    "sapo_temperature_neg": ("positive", "> 0"),
+    "kl_cov_ratio": ("(0, 1]", "> 0 and <= 1"),
+    "kl_cov_coef": (">= 0",),
+}
+
+
+def test_the_upper_bound_of_kl_cov_ratio_is_1():
+    one_token(1.0, 1.0, mode="unclipped", kl_cov_ratio=1.0)
+    with pytest.raises(ValueError, match=r"^kl_cov_ratio must be .*1.*, got 1\.0001$"):
+        one_token(1.0, 1.0, mode="unclipped", kl_cov_ratio=1.0001)
+    with pytest.raises(ValueError, match=r"^epsilon_high must be .* or None, got 0$"):
+        LossOptions(epsilon_high=0)
+    assert LossOptions(epsilon_high=None).upper == 0.2 and LossOptions(0.1, 0.3).upper == 0.3
+
+
+@pytest.mark.parametrize("mode", ["naive", "unclipped", "clipped", "dual_clip", "cispo", "sapo"])
+def test_options_of_other_modes_do_not_change_the_loss(mode):
+    """Each mode reads only its own options: changing the others changes nothing."""
+    gen = torch.Generator().manual_seed(3)
+    log_probs = -torch.rand(2, 3, 4, generator=gen, dtype=torch.float64) * 2
+    old = log_probs + torch.randn(2, 3, 4, generator=gen, dtype=torch.float64)
+    deltas = torch.randn(2, 3, generator=gen, dtype=torch.float64)
+    own = {
+        "naive": (), "unclipped": (), "sapo": ("sapo_temperature_pos", "sapo_temperature_neg"),
+        "clipped": ("epsilon", "epsilon_high"), "cispo": ("epsilon", "epsilon_high"),
+        "dual_clip": ("epsilon", "epsilon_high", "dual_clip_c"),
+    }[mode]  # fmt: skip
+    others = dict(
+        epsilon=0.05, epsilon_high=0.9, dual_clip_c=1.5, sapo_temperature_pos=3.0,
+        sapo_temperature_neg=0.2, kl_cov_ratio=0.5, kl_cov_coef=3.0,
+    )  # fmt: skip
+    changed = {k: v for k, v in others.items() if k not in own}
+    base = per_token_loss_and_metrics(log_probs, deltas, mode, old)
+    moved = per_token_loss_and_metrics(log_probs, deltas, mode, old, LossOptions(**changed))
+    assert torch.equal(base[0], moved[0]) and base[1] == moved[1]
+    if own:  # ... and its own options do
+        mine = LossOptions(**{k: others[k] for k in own})
+        assert not torch.equal(
+            base[0], per_token_loss_and_metrics(log_probs, deltas, mode, old, mine)[0]
+        )
 
 
 def test_sequence_log_ratio_by_hand_with_and_without_mask():
@@ -327,7 +386,7 @@ def test_mask_checks_and_messages():
     with pytest.raises(
         ValueError,
         match="^" + re.escape(
-            "unknown importance_sampling_level 'group'; valid modes are: token, sequence"
+            "unknown importance_sampling_level 'group'; valid values are: token, sequence"
         ),
     ):  # fmt: skip
         compute_per_token_loss(lp, deltas, "clipped", old, importance_sampling_level="group")
@@ -347,22 +406,6 @@ def test_mask_checks_and_messages():
     # the token level does not read the mask's rows: an empty response is fine there
     compute_per_token_loss(lp, deltas, "clipped", old, mask=empty_row)
     compute_per_token_loss(lp, deltas, "clipped", old, mask=empty_row.bool())
-
-
-def test_return_clip_mask_combinations():
-    lp, old, deltas = torch.zeros(1, 1, 2), torch.zeros(1, 1, 2), torch.ones(1, 1)
-    for mode in ("naive", "unclipped"):
-        loss, mask = compute_per_token_loss(lp, deltas, mode, old, return_clip_mask=True)
-        assert mask.dtype == torch.int8 and mask.shape == (1, 1, 2) and not mask.any()
-    for mode, level in (("cispo", "token"), ("dual_clip", "token"), ("clipped", "sequence")):
-        message = (
-            "return_clip_mask supports token-level naive / unclipped / clipped only, got mode "
-            f"{mode!r} with importance_sampling_level {level!r}"
-        )
-        with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
-            compute_per_token_loss(
-                lp, deltas, mode, old, return_clip_mask=True, importance_sampling_level=level
-            )
 
 
 def test_compute_loss_passes_the_options_and_refuses_a_mask():
@@ -405,16 +448,17 @@ def test_the_loop_objectives_pass_every_config_field():
         for level, objective in POLICY_OBJECTIVES.items():
             if config.loss_mode == "kl_cov" and level == "sequence":
                 continue  # refused: KL-Cov penalises single tokens (tests/test_kl_cov.py)
-            got = objective(log_probs, rollout, config)
-            want = compute_per_token_loss(
-                log_probs, rollout.deltas, config.loss_mode, old, importance_sampling_level=level,
-                mask=mask if level == "sequence" or config.loss_mode == "kl_cov" else None,
-                **options,
+            got, metrics = objective(log_probs, rollout, config)
+            want, want_metrics = per_token_loss_and_metrics(
+                log_probs, rollout.deltas, config.loss_mode, old,
+                LossOptions(importance_sampling_level=level, **options), mask=mask,
             )  # fmt: skip
             torch.testing.assert_close(got, want)
+            assert metrics == want_metrics
+            assert ("clip_fraction" in metrics) == (config.loss_mode == "dual_clip")
     # the sequence level averages over the mask's real tokens only
     config = _config(loss_mode="unclipped")
-    seq = sequence_level_objective(log_probs, rollout, config)
+    seq, _ = sequence_level_objective(log_probs, rollout, config)
     unmasked = compute_per_token_loss(
         log_probs, rollout.deltas, "unclipped", old, importance_sampling_level="sequence"
     )
@@ -442,7 +486,7 @@ def test_deltas_must_be_a_tensor():
         compute_per_token_loss(torch.zeros(1, 2, 3), [[1.0, 2.0]], "naive")
 
 
-# ---- the default-off remedies of the objective (issue 28) -------------------------------------
+# ---- the default-off remedies of the objective ----------------------------------------------
 
 
 def _remedy_batch():
@@ -469,7 +513,7 @@ def test_the_objective_applies_clip_cov_with_its_seeded_pick():
     config = _config(
         clip_cov_ratio=0.1, clip_cov_lb=-100.0, clip_cov_ub=100.0, seed=2, epsilon_high=0.28
     )
-    got = token_level_objective(log_probs, rollout, config)
+    got, _ = token_level_objective(log_probs, rollout, config)
     plain = compute_per_token_loss(
         log_probs, rollout.deltas, "clipped", old_log_probs=rollout.old_log_probs, epsilon_high=0.28
     )
@@ -508,7 +552,7 @@ def test_the_objective_keeps_only_the_high_entropy_tokens():
 
     log_probs, rollout = _remedy_batch()
     config = _config(top_entropy_quantile=0.3)
-    got = token_level_objective(log_probs, rollout, config)
+    got, _ = token_level_objective(log_probs, rollout, config)
     plain = compute_per_token_loss(
         log_probs, rollout.deltas, "clipped", old_log_probs=rollout.old_log_probs
     )
@@ -517,6 +561,62 @@ def test_the_objective_keeps_only_the_high_entropy_tokens():
     assert got.dtype == torch.float64
     assert torch.equal(got, plain * keep)
     # a config without the remedy fields (or with them off) leaves the loss as it is
-    assert torch.equal(token_level_objective(log_probs, rollout, _config()), plain)
+    assert torch.equal(token_level_objective(log_probs, rollout, _config())[0], plain)
     off = _config(top_entropy_quantile=1.0, clip_cov_ratio=0.0)
-    assert torch.equal(token_level_objective(log_probs, rollout, off), plain)
+    assert torch.equal(token_level_objective(log_probs, rollout, off)[0], plain)
+
+
+# ---- each mode's metrics at the clip edges (a ratio exactly on an edge is not clipped) ---------
+
+
+def _edge_metrics(mode, **options):
+    """(metrics, tokens with delta != 0 whose gradient is 0, tokens whose weight != ratio)."""
+    log_probs, old, deltas = ratio_batch((1.0, -1.0, 0.0, 0.5, -0.5))
+    loss, metrics = per_token_loss_and_metrics(log_probs, deltas, mode, old, LossOptions(**options))
+    (grad,) = torch.autograd.grad(loss.sum(), log_probs)
+    nonzero = (deltas != 0)[:, :, None].expand_as(grad)
+    weight = grad / -deltas[:, :, None]  # d(-loss)/d log pi / A
+    moved = (weight - RATIOS).abs()[nonzero] > 1e-6
+    return metrics, ((grad == 0) & nonzero).float().mean().item(), moved.float().mean().item()
+
+
+@pytest.mark.parametrize("epsilon, epsilon_high", [(0.5, None), (0.5, 0.25), (0.25, 0.5)])
+def test_the_clip_metrics_at_the_edges(epsilon, epsilon_high):
+    options = dict(epsilon=epsilon, epsilon_high=epsilon_high)
+    metrics, cut, _ = _edge_metrics("clipped", **options)
+    assert cut > 0 and metrics == {"clip_fraction": pytest.approx(cut)}
+    for c in (2.0, 1.5):  # ratio exactly c: the bound c A does not bind (gradient kept)
+        metrics, cut, _ = _edge_metrics("dual_clip", dual_clip_c=c, **options)
+        assert metrics == {"clip_fraction": pytest.approx(cut)}
+    metrics, _, moved = _edge_metrics("cispo", **options)
+    assert moved > 0 and metrics == {"weight_clip_fraction": pytest.approx(moved)}
+
+
+def test_the_dispatch_contract_naive_gets_no_ratio_and_the_freeze_guard_is_on(monkeypatch):
+    from pgrl_helpers.losses import LOSS_FUNCTIONS
+
+    log_probs, old, deltas = ratio_batch((1.0,))
+    seen = {}
+
+    def spy(log_probs, old_log_probs, delta, ratio, mask, options):
+        seen.update(ratio=ratio, delta=delta, mask=mask)
+        return -log_probs * delta, {}
+
+    monkeypatch.setitem(LOSS_FUNCTIONS, "naive", spy)
+    per_token_loss_and_metrics(log_probs, deltas, "naive", old, mask=torch.ones(1, 1, 7))
+    assert seen["ratio"] is None and seen["delta"].shape == (1, 1, 1)
+    assert seen["mask"].dtype == torch.bool and seen["mask"].all()
+    with pytest.raises(ValueError, match="^old_log_probs requires grad"):
+        per_token_loss_and_metrics(log_probs, deltas, "clipped", log_probs)
+
+
+def test_an_empty_response_is_refused_at_the_sequence_level_only():
+    lp, old, deltas = torch.zeros(1, 2, 3), torch.zeros(1, 2, 3), torch.ones(1, 2)
+    full_then_empty = torch.tensor([[[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]])  # every column has one
+    with pytest.raises(ValueError, match="^mask: importance_sampling_level 'sequence' averages"):
+        compute_per_token_loss(
+            lp, deltas, "unclipped", old, importance_sampling_level="sequence", mask=full_then_empty
+        )
+    with pytest.raises(ValueError, match="^mask: importance_sampling_level 'sequence' averages"):
+        sequence_log_ratio(lp, old, full_then_empty)
+    compute_per_token_loss(lp, deltas, "unclipped", old, mask=full_then_empty)  # token level

@@ -147,7 +147,9 @@ def test_compute_reward_messages_name_the_argument():
         compute_reward(PROMPTS.tolist(), RESPONSES, "sort_distance_reward")
     with pytest.raises(TypeError, match="^responses must be a torch.Tensor, got list"):
         compute_reward(PROMPTS, RESPONSES.tolist(), "sort_distance_reward")
-    with pytest.raises(ValueError, match=r"^prompts must have shape \[batch, pos\] \(2 dims\)"):
+    with pytest.raises(
+        ValueError, match=r"^prompts must have shape \[batch, prompt_pos\] \(2 dims\)"
+    ):
         compute_reward(PROMPTS[0], RESPONSES, "sort_distance_reward")
     with pytest.raises(
         ValueError, match=r"^responses must have shape \[batch, trial, pos\] \(3 dims\)"
@@ -187,7 +189,9 @@ def test_a_vectorised_reward_of_the_wrong_shape_is_named():
 
 
 def test_sorted_responses_names_bad_prompts():
-    with pytest.raises(ValueError, match=r"^prompts must have shape \[batch, pos\] \(2 dims\)"):
+    with pytest.raises(
+        ValueError, match=r"^prompts must have shape \[batch, prompt_pos\] \(2 dims\)"
+    ):
         sorted_responses(PROMPTS[0])
     with pytest.raises(TypeError, match="^prompts must hold integer token ids"):
         sorted_responses(PROMPTS.float())

@@ -1,9 +1,9 @@
 """value: the cases mutation testing found unchecked (tests/MUTATION.md).
 
 The critic's values against the trunk computed by hand, its defaults and seeding, the value
-loss's clip on both sides and its 0.5, the combined loss's defaults, build_critic's mapping
-of the config, GAEEstimator's learning rate, whitening and critic steps, the memory count
-by hand, and error messages matched from their start so that they name the argument.
+loss's clip on both sides and its 0.5, build_critic's mapping of the config, GAEEstimator's
+learning rate, whitening and critic steps, the memory count by hand, and error messages
+matched from their start so that they name the argument.
 """
 
 from __future__ import annotations
@@ -24,9 +24,7 @@ from pgrl_helpers.memory import measured_memory
 from pgrl_helpers.value import (
     AutoregressiveValueModel,
     GAEEstimator,
-    ValueHead,
     build_critic,
-    ppo_combined_loss,
     value_loss,
 )
 
@@ -59,13 +57,6 @@ def test_critic_values_equal_the_trunk_and_head_by_hand():
     assert not hasattr(model.trunk, "unembed") and model.prompt_length == 3
 
 
-def test_value_head_equals_the_policy_trunk_by_hand():
-    policy = AutoregressiveSortPolicy(4, 3, 5, d_model=8, num_layers=1, num_heads=2, seed=0)
-    head = ValueHead(8, seed=5)
-    values = head.values(policy, PROMPTS, RESPONSES)
-    torch.testing.assert_close(values, by_hand(policy, head.head, PROMPTS, RESPONSES))
-
-
 def test_critic_defaults_and_seeding():
     model = AutoregressiveValueModel(4, 3, 5, seed=0)
     policy = AutoregressiveSortPolicy(4, 3, 5, seed=0)  # d_model 64, 2 layers, 4 heads
@@ -78,18 +69,13 @@ def test_critic_defaults_and_seeding():
     assert torch.equal(model.head.bias, expected.bias)
     state = torch.random.get_rng_state()
     AutoregressiveValueModel(4, 3, 5, d_model=8, num_layers=1, num_heads=2, seed=7)
-    ValueHead(8, seed=7)
     assert torch.equal(torch.random.get_rng_state(), state)  # seeded: global RNG untouched
     torch.manual_seed(11)
     a = AutoregressiveValueModel(4, 3, 5, d_model=8, num_layers=1, num_heads=2)
-    b = ValueHead(8)
     torch.manual_seed(11)
     c = AutoregressiveValueModel(4, 3, 5, d_model=8, num_layers=1, num_heads=2)
-    d = ValueHead(8)
-    assert torch.equal(a.head.weight, c.head.weight) and torch.equal(b.head.weight, d.head.weight)
+    assert torch.equal(a.head.weight, c.head.weight)
     assert not torch.equal(a.head.weight, AutoregressiveValueModel(4, 3, 5, 8, 1, 2).head.weight)
-    torch.manual_seed(9)
-    assert torch.equal(ValueHead(8, seed=9).head.weight, nn.Linear(8, 1).weight)
 
 
 def test_responses_must_be_3d():
@@ -161,19 +147,6 @@ def test_value_loss_mask_may_have_holes_but_must_be_0_1():
     assert got.item() == 0.5 * (1.0 + 9.0) / 2  # tokens 0 and 2 only
     with pytest.raises(ValueError, match="^mask must hold only 0 and 1"):
         value_loss(torch.zeros(1, 1, 4), OLD, RETURNS, torch.tensor([[[1.0, 0.5, 1.0, 0.0]]]))
-
-
-def test_combined_loss_defaults_and_entropy():
-    policy, critic, entropy = torch.tensor(1.0), torch.tensor(4.0), torch.tensor(3.0)
-    assert ppo_combined_loss(policy, critic).item() == 3.0  # c1 = 0.5, no entropy
-    assert ppo_combined_loss(policy, critic, 1.0, entropy).item() == 5.0  # c2 = 0 default
-    assert ppo_combined_loss(policy, critic, 0, entropy, entropy_coef=0.5).item() == -0.5
-    assert ppo_combined_loss(policy, critic, 2, entropy, entropy_coef=0.5).item() == 7.5
-    for bad in (-0.1, math.inf, math.nan, "1"):
-        with pytest.raises(
-            ValueError, match="^" + re.escape(f"value_coef must be >= 0 and finite, got {bad!r}")
-        ):
-            ppo_combined_loss(policy, critic, bad)
 
 
 def test_build_critic_maps_the_config():
@@ -301,3 +274,71 @@ def test_advantage_variance_of_a_rollout_without_policy_tokens_is_0():
     rollout = Rollout(prompts, responses, torch.zeros_like(mask), torch.ones(2, 2))
     deltas = estimator(rollout, config)
     assert estimator.advantage_variances == [0.0] and (deltas == 0).all()
+
+
+# --- check_value_fields: each PPO field's bounds, its edges, and the two pairings ---------
+
+
+def _ppo_fields(**fields):
+    base = dict(
+        gamma=1.0, gae_lambda=0.95, critic_learning_rate=None, value_clip=0.2,
+        whiten_advantages=True, kl_in_reward=False, advantage_estimator="gae",
+        model="autoregressive", kl_coef=0.0,
+    )  # fmt: skip
+    return SimpleNamespace(**{**base, **fields})
+
+
+def test_check_value_fields_passes_the_edges_of_each_field():
+    from pgrl_helpers.value import check_value_fields
+
+    for edge in (dict(gamma=0), dict(gamma=1), dict(gae_lambda=0.0), dict(gae_lambda=1.0),
+                 dict(critic_learning_rate=1e-12), dict(value_clip=None),
+                 dict(value_clip=1e-12), dict(whiten_advantages=False),
+                 dict(kl_in_reward=True, kl_coef=1e-9),
+                 dict(advantage_estimator="group", model="lecture")):  # fmt: skip
+        check_value_fields(_ppo_fields(**edge))
+
+
+@pytest.mark.parametrize(
+    "field, value, error, message",
+    [
+        ("gamma", 1.0001, ValueError, "gamma must be a number in [0, 1], got 1.0001"),
+        ("gamma", -1e-9, ValueError, "gamma must be a number in [0, 1], got -1e-09"),
+        ("gamma", True, ValueError, "gamma must be a number in [0, 1], got True"),
+        ("gae_lambda", 1.5, ValueError, "gae_lambda must be a number in [0, 1], got 1.5"),
+        ("gae_lambda", -0.1, ValueError, "gae_lambda must be a number in [0, 1], got -0.1"),
+        ("critic_learning_rate", 0, ValueError,
+         "critic_learning_rate must be a positive finite number or None, got 0"),
+        ("critic_learning_rate", math.inf, ValueError,
+         "critic_learning_rate must be a positive finite number or None, got inf"),
+        ("value_clip", 0.0, ValueError, "value_clip must be a positive finite number or None, got 0.0"),
+        ("whiten_advantages", 1, TypeError, "whiten_advantages must be True or False, got 1"),
+        ("kl_in_reward", 0, TypeError, "kl_in_reward must be True or False, got 0"),
+    ],
+)  # fmt: skip
+def test_check_value_fields_names_each_bad_field(field, value, error, message):
+    from pgrl_helpers.value import check_value_fields
+
+    with pytest.raises(error, match="^" + re.escape(message) + "$"):
+        check_value_fields(_ppo_fields(**{field: value}))
+
+
+def test_check_value_fields_pairings():
+    from pgrl_helpers.value import check_value_fields
+
+    gae = (
+        "advantage_estimator 'gae' needs model 'autoregressive' (its critic is the "
+        "autoregressive trunk with a value head), got model 'transformer'"
+    )
+    with pytest.raises(ValueError, match="^" + re.escape(gae) + "$"):
+        check_value_fields(_ppo_fields(model="transformer"))
+    for fields, got in (
+        (dict(kl_coef=0.0), "'gae' and 0.0"),
+        (dict(kl_coef=0.1, advantage_estimator="group", model="lecture"), "'group' and 0.1"),
+    ):
+        message = (
+            "kl_in_reward puts -kl_coef x k1 into per-token rewards: it needs "
+            f"advantage_estimator 'gae' (per-token advantages) and kl_coef > 0, got {got}"
+        )
+        with pytest.raises(ValueError, match="^" + re.escape(message) + "$"):
+            check_value_fields(_ppo_fields(kl_in_reward=True, **fields))

@@ -1,9 +1,9 @@
 """What notebooks 08, 11 and 12 say about their benchmark results, checked against the JSON.
 
-These checks used to sit in the notebooks as asserts that pinned prose to a stored file; they
-live here so the notebooks keep only the checks of their own claims. Each reads a results file
-and recomputes what the prose relies on (labels, splits, p-values) with the package's own rule
-and comparison, so a results file that drifts from the rule, or a split that leaks, fails here.
+These checks live here, not in the notebooks, so the notebooks keep only the checks of their
+own claims. Each reads a results file and recomputes what the prose relies on (labels, splits,
+p-values) with the package's own rule and comparison, so a results file that drifts from the
+rule, or a split that leaks, fails here.
 """
 
 from __future__ import annotations

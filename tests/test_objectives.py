@@ -234,7 +234,7 @@ def test_bad_inputs_raise_naming_the_argument():
         compute_per_token_loss(log_probs, deltas, "clipped", old, mask=mask[..., :2])
     with pytest.raises(ValueError, match="mask must hold only 0 and 1"):
         compute_per_token_loss(log_probs, deltas, "clipped", old, mask=mask * 2)
-    with pytest.raises(ValueError, match="return_clip_mask"):
+    with pytest.raises(TypeError, match="return_clip_mask"):  # gone: clip_mask(...) instead
         compute_per_token_loss(log_probs, deltas, "cispo", old, return_clip_mask=True)
     with pytest.raises(ValueError, match="epsilon must"):
         compute_per_token_loss(log_probs, deltas, "cispo", old, epsilon=0)
@@ -247,15 +247,30 @@ def test_bad_inputs_raise_naming_the_argument():
 
 
 def test_config_refuses_bad_objective_settings():
-    dedup = dict(model="autoregressive", task="sort_dedup", prompt_source="random")
+    """Each message names the field and its bound (not the whole sentence)."""
+    from pgrl_helpers.recipes import RECIPES
+
+    dedup = RECIPES["notebook_08"]  # a valid sort-dedup run: response_length 6
     for kwargs, match in [
-        ({"dual_clip_c": 0.5}, "dual_clip_c"),
-        ({"sapo_temperature_pos": -1.0}, "sapo_temperature_pos"),
-        ({"policy_objective": "seq"}, "policy_objective"),
+        ({"dual_clip_c": 0.5}, "dual_clip_c must be .*> 1,"),
+        ({"dual_clip_c": True}, "dual_clip_c must be .*> 1,"),
+        ({"sapo_temperature_pos": -1.0}, "sapo_temperature_pos must be a positive"),
+        ({"sapo_temperature_neg": math.nan}, "sapo_temperature_neg must be a positive"),
+        ({"epsilon_high": 0.0}, "epsilon_high must be a positive .* or None"),
+        ({"epsilon": math.inf}, "epsilon must be a positive finite"),
+        ({"kl_cov_ratio": 1.5}, r"kl_cov_ratio must be a number in \(0, 1\]"),
+        ({"kl_cov_coef": -1.0}, "kl_cov_coef must be .*>= 0"),
+        ({"loss_mode": "kl_cov", "policy_objective": "sequence"}, "policy_objective 'token'"),
+        ({"policy_objective": "seq"}, "unknown policy_objective 'seq'; valid values are: token"),
+        ({"loss_aggregation": "sum"}, "unknown loss_aggregation 'sum'"),
         ({"batch_filter": "dapo"}, "batch_filter 'dapo' .* needs task 'sort_dedup'"),
-        ({**dedup, "batch_filter": "dapo", "overlong_buffer": 0}, "overlong_buffer"),
-        ({**dedup, "batch_filter": "overlong_shaping", "overlong_buffer": 99}, "overlong_buffer"),
-        ({"overlong_penalty_factor": -1}, "overlong_penalty_factor"),
+        ({**dedup, "batch_filter": "dapo", "overlong_buffer": 0}, r"overlong_buffer .* \[1, 6\]"),
+        ({**dedup, "batch_filter": "overlong_shaping", "overlong_buffer": 7}, r"\[1, 6\]"),
+        ({**dedup, "batch_filter": "dapo", "overlong_buffer": 2.0}, "overlong_buffer must be an"),
+        ({"overlong_penalty_factor": -1}, "overlong_penalty_factor must be .*>= 0"),
+        ({"overlong_penalty_factor": math.inf}, "overlong_penalty_factor must be a finite"),
+        ({"dynamic_sampling_max_draws": -1}, "dynamic_sampling_max_draws must be an int >= 0"),
+        ({"dynamic_sampling_max_draws": 2}, "needs batch_filter 'dynamic_sampling' or 'dapo'"),
         (
             {**dedup, "batch_filter": "overlong_filtering", "loss_aggregation": "sequence_mean"},
             "overlong_filtering.*sequence_mean",
@@ -263,6 +278,10 @@ def test_config_refuses_bad_objective_settings():
     ]:
         with pytest.raises(ValueError, match=match):
             TrainConfig(**kwargs).validate()
+    for edge in (dict(dual_clip_c=1.0 + 1e-9, kl_cov_ratio=1.0, kl_cov_coef=0.0),
+                 dict(dedup, batch_filter="dapo", overlong_buffer=6, overlong_penalty_factor=0),
+                 dict(dedup, batch_filter="dapo", overlong_buffer=1, dynamic_sampling_max_draws=1)):  # fmt: skip
+        TrainConfig(**edge).validate()  # the bounds themselves are allowed
 
 
 # --------------------------------------------------------------------------------------

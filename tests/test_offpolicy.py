@@ -116,7 +116,7 @@ def _loss_and_grads(correction, cap, level="token", loss_mode="unclipped"):
     with torch.no_grad():
         rollout.old_log_probs = source.old_log_probs(rollout)
     log_probs = policy.log_probs(prompts, responses)
-    per_token = rollout.weighted(POLICY_OBJECTIVES["token"](log_probs, rollout, config))
+    per_token = rollout.weighted(POLICY_OBJECTIVES["token"](log_probs, rollout, config)[0])
     loss = aggregate_loss(per_token, mask, "token_mean")
     loss.backward()
     return loss.item(), [p.grad.clone() for p in policy.parameters()], rollout

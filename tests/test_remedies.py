@@ -1,4 +1,4 @@
-"""The default-off remedies (issue 28 item 3), each against its paper's formula and, where
+"""The default-off remedies, each against its paper's formula and, where
 TRL 1.16 has it, against TRL's code on a fixed batch.
 
 * Clip-Cov (Cui et al. 2025, arXiv 2505.22617): ``covariance.clip_cov_tokens``, loop option

@@ -1,4 +1,4 @@
-"""scale/train_sort_grpo.py on 2 CPU processes (torchrun, gloo) against 1 process (issue 17).
+"""scale/train_sort_grpo.py on 2 CPU processes (torchrun, gloo) against 1 process.
 
 Two launches of the script with the same seed, one generation round (3 prompts x G = 4
 completions, so the middle prompt's group is split between the two processes) and two
@@ -43,6 +43,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from pgrl_helpers import trl_bridge as tb  # noqa: E402
+from pgrl_helpers import trl_config as tc  # noqa: E402
 from pgrl_helpers.advantages import compute_deltas  # noqa: E402
 
 pytest.importorskip("trl")
@@ -190,7 +191,7 @@ def _one_process_loss(model_dir: Path, inputs: dict, tmp: Path) -> float:
         reward_fn="sort_distance_reward",
         learning_rate=5e-3,
     )
-    kwargs = tb.grpo_config_kwargs(
+    kwargs = tc.grpo_config_kwargs(
         config, output_dir=str(tmp), report_to="none", save_strategy="no", use_cpu=True
     )
     trainer = GRPOTrainer(

@@ -1,4 +1,4 @@
-"""A test split is scored once (issue 27 item 4).
+"""A test split is scored once.
 
 Every results file (``benchmarks/results/*.json``) records its validation and test splits and
 the recipes scored on the test split (``benchmarks/_common.record_splits``; files written
@@ -38,7 +38,7 @@ RERUN_PENDING = {
     "entropy": "H4 re-runs bench_entropy",
     "staleness": "H4 re-runs bench_staleness on the content split",
     "autoregressive": "H4 owns bench_autoregressive",
-    "stability": "H2 owns bench_3_stability",
+    "stability": "H2 owns bench_stability",
     "notebook_timings": "H2's notebook timings: no model is scored",
     "trl_vs_loop": "H2 re-measures bench_trl_vs_loop (its test split: the loop's held-out split)",
     "pass_at_k": "H5's pass@k benchmark",

@@ -20,6 +20,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from pgrl_helpers import trl_bridge as tb  # noqa: E402
+from pgrl_helpers import trl_config as tc  # noqa: E402
 from pgrl_helpers.advantages import DELTA_MODES, compute_deltas  # noqa: E402
 from pgrl_helpers.config import TrainConfig  # noqa: E402
 from pgrl_helpers.kl import compute_kl_penalty  # noqa: E402
@@ -55,83 +56,83 @@ def config(**overrides) -> TrainConfig:
     "mode, scale", [("centered_rewards", "none"), ("normalized_rewards", "group")]
 )
 def test_supported_delta_modes_map_to_scale_rewards(mode, scale):
-    assert tb.grpo_config_kwargs(config(deltas_mode=mode))["scale_rewards"] == scale
+    assert tc.grpo_config_kwargs(config(deltas_mode=mode))["scale_rewards"] == scale
 
 
 def test_every_delta_mode_is_either_supported_or_explained():
-    assert set(tb.DELTA_MODE_TO_SCALE_REWARDS) | set(tb.UNSUPPORTED_DELTA_MODES) == set(DELTA_MODES)
-    assert not set(tb.DELTA_MODE_TO_SCALE_REWARDS) & set(tb.UNSUPPORTED_DELTA_MODES)
+    assert set(tc.DELTA_MODE_TO_SCALE_REWARDS) | set(tc.UNSUPPORTED_DELTA_MODES) == set(DELTA_MODES)
+    assert not set(tc.DELTA_MODE_TO_SCALE_REWARDS) & set(tc.UNSUPPORTED_DELTA_MODES)
 
 
-@pytest.mark.parametrize("mode", sorted(tb.UNSUPPORTED_DELTA_MODES))
+@pytest.mark.parametrize("mode", sorted(tc.UNSUPPORTED_DELTA_MODES))
 def test_unsupported_delta_modes_raise_naming_the_mode(mode):
     with pytest.raises(ValueError, match=f"deltas_mode '{mode}' has no GRPOTrainer equivalent"):
-        tb.grpo_config_kwargs(config(deltas_mode=mode))
+        tc.grpo_config_kwargs(config(deltas_mode=mode))
 
 
 def test_unknown_delta_mode_lists_the_valid_ones():
     with pytest.raises(ValueError, match="normalized_rewards"):
-        tb.scale_rewards_for("zscore")
+        tc.scale_rewards_for("zscore")
 
 
 def test_loss_modes():
-    clipped = tb.grpo_config_kwargs(config(loss_mode="clipped", epsilon=0.3))
+    clipped = tc.grpo_config_kwargs(config(loss_mode="clipped", epsilon=0.3))
     assert (clipped["loss_type"], clipped["epsilon"], clipped["epsilon_high"]) == ("dapo", 0.3, 0.3)
-    unclipped = tb.grpo_config_kwargs(config(loss_mode="unclipped"))
+    unclipped = tc.grpo_config_kwargs(config(loss_mode="unclipped"))
     assert unclipped["epsilon"] == 1.0 and unclipped["epsilon_high"] == math.inf
-    naive = tb.grpo_config_kwargs(config(loss_mode="naive", num_steps_per_epoch=1))
+    naive = tc.grpo_config_kwargs(config(loss_mode="naive", num_steps_per_epoch=1))
     assert naive["num_iterations"] == 1 and naive["epsilon_high"] == math.inf
     with pytest.raises(ValueError, match="'naive' with num_steps_per_epoch > 1"):
-        tb.grpo_config_kwargs(config(loss_mode="naive", num_steps_per_epoch=3))
+        tc.grpo_config_kwargs(config(loss_mode="naive", num_steps_per_epoch=3))
     with pytest.raises(ValueError, match="does not aggregate like loss_aggregation"):
-        tb.grpo_config_kwargs(config(), loss_type="sapo")
+        tc.grpo_config_kwargs(config(), loss_type="sapo")
 
 
 def test_counts_and_schedule():
-    kw = tb.grpo_config_kwargs(config(num_steps_per_epoch=3, num_responses=6, num_epochs=7))
+    kw = tc.grpo_config_kwargs(config(num_steps_per_epoch=3, num_responses=6, num_epochs=7))
     assert kw["num_iterations"] == 3 and kw["num_generations"] == 6
     assert kw["per_device_train_batch_size"] == 3 * 6  # prompts x G completions
     assert kw["max_steps"] == 7 * 3 and kw["max_completion_length"] == 3
     assert kw["max_grad_norm"] == 0.0 and kw["lr_scheduler_type"] == "constant"
-    lecture = tb.grpo_config_kwargs(config(prompt_source="lecture", prompts_per_epoch=None))
+    lecture = tc.grpo_config_kwargs(config(prompt_source="lecture", prompts_per_epoch=None))
     assert lecture["per_device_train_batch_size"] == 3 * 4
 
 
 def test_kl_penalty_maps_to_beta_times_length_and_reference_sync():
-    kw = tb.grpo_config_kwargs(
+    kw = tc.grpo_config_kwargs(
         config(kl_coef=0.1, prompt_length=4, compute_ref_model_period=5, num_steps_per_epoch=2)
     )
     assert kw["beta"] == pytest.approx(0.4)
     assert kw["use_bias_correction_kl"] is False
     assert kw["sync_ref_model"] is True and kw["ref_model_mixup_alpha"] == 1.0
     assert kw["ref_model_sync_steps"] == 10
-    off = tb.grpo_config_kwargs(config(kl_coef=0.0, kl_estimator="k1"))
+    off = tc.grpo_config_kwargs(config(kl_coef=0.0, kl_estimator="k1"))
     assert off["beta"] == 0.0 and off["sync_ref_model"] is False
 
 
 @pytest.mark.parametrize("estimator", ["k1", "k2"])
 def test_kl_estimators_other_than_k3_raise(estimator):
     with pytest.raises(ValueError, match=f"kl_estimator '{estimator}' has no GRPOTrainer"):
-        tb.grpo_config_kwargs(config(kl_coef=0.1, kl_estimator=estimator))
+        tc.grpo_config_kwargs(config(kl_coef=0.1, kl_estimator=estimator))
 
 
 def test_other_settings_that_do_not_map_raise():
     with pytest.raises(ValueError, match="freeze pitfall"):
-        tb.grpo_config_kwargs(config(detach_old_log_probs=False))
+        tc.grpo_config_kwargs(config(detach_old_log_probs=False))
     with pytest.raises(ValueError, match="G\\) >= 2"):
-        tb.grpo_config_kwargs(config(num_responses=1, deltas_mode="centered_rewards"))
+        tc.grpo_config_kwargs(config(num_responses=1, deltas_mode="centered_rewards"))
     with pytest.raises(ValueError, match="lacks the field"):
-        tb.grpo_config_kwargs({"deltas_mode": "centered_rewards"})
+        tc.grpo_config_kwargs({"deltas_mode": "centered_rewards"})
 
 
 def test_plain_dict_config_gives_the_same_kwargs():
     cfg = config()
     as_dict = {f: getattr(cfg, f) for f in cfg.__dataclass_fields__}
-    assert tb.grpo_config_kwargs(as_dict) == tb.grpo_config_kwargs(cfg)
+    assert tc.grpo_config_kwargs(as_dict) == tc.grpo_config_kwargs(cfg)
 
 
 def test_mapping_table_has_a_row_per_setting():
-    rows = tb.mapping_table(config(kl_coef=0.05))
+    rows = tc.mapping_table(config(kl_coef=0.05))
     assert all(len(row) == 3 for row in rows)
     text = " ".join(" ".join(row) for row in rows)
     for arg in (
@@ -152,9 +153,9 @@ def test_trl_grpo_config_accepts_every_supported_mapping(tmp_path, loss_mode):
     pytest.importorskip("trl")
     from trl import GRPOConfig
 
-    for deltas_mode in tb.DELTA_MODE_TO_SCALE_REWARDS:
+    for deltas_mode in tc.DELTA_MODE_TO_SCALE_REWARDS:
         cfg = config(deltas_mode=deltas_mode, loss_mode=loss_mode, kl_coef=0.1)
-        kw = tb.grpo_config_kwargs(cfg, output_dir=str(tmp_path), use_cpu=True)
+        kw = tc.grpo_config_kwargs(cfg, output_dir=str(tmp_path), use_cpu=True)
         args = GRPOConfig(**kw)
         for name, value in kw.items():
             assert getattr(args, name) == value, name
@@ -196,7 +197,7 @@ def test_tokenizer_round_trip():
         ids = tok(text)["input_ids"]
         assert ids == [4 + d for d in prompt] + [3]
         assert tok.decode(ids) == text
-        response = tb.format_response(sorted(prompt))
+        response = " ".join(map(str, sorted(prompt)))
         assert tok.decode(
             tok(response)["input_ids"] + [tok.eos_token_id], skip_special_tokens=True
         ) == (response)
@@ -227,7 +228,7 @@ def trainer(tmp_path_factory):
     cfg = config(
         kl_coef=KL_COEF, epsilon=EPSILON, num_responses=G, prompts_per_epoch=B, num_epochs=1
     )
-    kwargs = tb.grpo_config_kwargs(
+    kwargs = tc.grpo_config_kwargs(
         cfg, output_dir=str(tmp), report_to="none", save_strategy="no", use_cpu=True
     )
     return GRPOTrainer(
@@ -240,7 +241,7 @@ def trainer(tmp_path_factory):
 
 
 def fixed_batch(tok):
-    prompts = make_prompts(B, L, V, generator=1)  # [batch, pos]
+    prompts = make_prompts(B, L, V, generator=1)  # [batch, prompt_pos]
     g = torch.Generator().manual_seed(2)
     responses = torch.randint(0, V, (B, G, L), generator=g)  # [batch, trial, pos]
     prompt_ids = torch.tensor([tok(tb.format_prompt(p))["input_ids"] for p in prompts.tolist()])
@@ -295,7 +296,7 @@ def test_trl_loss_and_gradient_equal_ours_on_a_fixed_batch(trainer):
 
 def test_trl_unclipped_mapping_equals_our_unclipped_loss(trainer):
     # (no new GRPOConfig here: creating one resets accelerate's global state under the trainer)
-    kw = tb.grpo_config_kwargs(config(loss_mode="unclipped"))
+    kw = tc.grpo_config_kwargs(config(loss_mode="unclipped"))
     tok, model = trainer.processing_class, trainer.model
     prompts, responses, prompt_ids, completion_ids, g = fixed_batch(tok)
     rows = B * G
@@ -325,7 +326,7 @@ def test_trl_advantages_equal_our_deltas(trainer, mode, atol):
     tok = trainer.processing_class
     prompts = make_prompts(B, L, V, generator=3).tolist()
     rows = [{"prompt": tb.format_prompt(p)} for p in prompts for _ in range(G)]
-    trainer.scale_rewards = tb.scale_rewards_for(mode)
+    trainer.scale_rewards = tc.scale_rewards_for(mode)
     torch.manual_seed(0)
     out = trainer._generate_and_score_completions(rows)
     texts = tok.batch_decode(out["completion_ids"], skip_special_tokens=True)
@@ -375,7 +376,7 @@ def test_evaluate_greedy_lm_scores_a_random_model():
     assert set(scores) == {"mean_reward", "exact_sort", "malformed"}
     assert -1.0 <= scores["mean_reward"] <= L and 0 <= scores["exact_sort"] <= 1
     assert model.training  # restored
-    with pytest.raises(ValueError, match="batch, pos"):
+    with pytest.raises(ValueError, match="batch, prompt_pos"):
         tb.evaluate_greedy_lm(model, tok, prompts[0])
 
 

@@ -1,4 +1,4 @@
-"""The TrainConfig -> GRPOConfig mapping checked on TRL itself (issue 21).
+"""The TrainConfig -> GRPOConfig mapping checked on TRL itself.
 
 Each test builds a real ``GRPOTrainer`` from ``grpo_config_kwargs(config)`` and runs its
 ``compute_loss`` on one fixed batch, against the loss our loop minimises for ``config``
@@ -24,6 +24,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from pgrl_helpers import trl_bridge as tb  # noqa: E402
+from pgrl_helpers import trl_config as tc  # noqa: E402
 from pgrl_helpers.config import TrainConfig  # noqa: E402
 from pgrl_helpers.kl import kl_estimate  # noqa: E402
 from pgrl_helpers.losses import compute_per_token_loss  # noqa: E402
@@ -82,7 +83,7 @@ def make_trainer(cfg: TrainConfig, model_dir):
     from trl import GRPOConfig, GRPOTrainer
 
     transformers.logging.set_verbosity_error()
-    kwargs = tb.grpo_config_kwargs(
+    kwargs = tc.grpo_config_kwargs(
         cfg, output_dir=str(model_dir / "out"), report_to="none", save_strategy="no", use_cpu=True
     )
     tok = tb.build_sort_tokenizer(V)
@@ -176,7 +177,7 @@ def our_value(cfg, model_dir, variable, ratio=None, seed=2):
 
 def test_clip_higher_maps_to_trl_epsilon_high(model_dir):
     cfg = fixed_config(epsilon=0.2, epsilon_high=0.28)
-    kw = tb.grpo_config_kwargs(cfg)
+    kw = tc.grpo_config_kwargs(cfg)
     assert (kw["epsilon"], kw["epsilon_high"]) == (0.2, 0.28)
     # every ratio is 1.24: inside [0.8, 1.28], outside the symmetric [0.8, 1.2]
     trl, ours, grad_diff = compare(cfg, model_dir, variable=False, ratio=1.24)
@@ -194,7 +195,7 @@ def test_clip_higher_maps_to_trl_epsilon_high(model_dir):
 def test_entropy_bonus_maps_to_trl_entropy_coef(model_dir, variable):
     make = dedup_config if variable else fixed_config
     cfg = make(entropy_coef=0.05)
-    assert tb.grpo_config_kwargs(cfg)["entropy_coef"] == 0.05
+    assert tc.grpo_config_kwargs(cfg)["entropy_coef"] == 0.05
     trl, ours, grad_diff = compare(cfg, model_dir, variable)
     assert abs(trl - ours) < TOL and grad_diff < TOL
     without = compare(make(), model_dir, variable)[1]
@@ -217,7 +218,7 @@ def test_entropy_bonus_maps_to_trl_entropy_coef(model_dir, variable):
 )
 def test_loss_aggregation_on_variable_length_batch(model_dir, aggregation, loss_type, kl_coef):
     cfg = dedup_config(loss_aggregation=aggregation, kl_coef=kl_coef)
-    kw = tb.grpo_config_kwargs(cfg)
+    kw = tc.grpo_config_kwargs(cfg)
     assert kw["loss_type"] == loss_type
     assert kw["max_completion_length"] == cfg.response_length == MAX_LEN
     assert kw["beta"] == pytest.approx(kl_coef * MAX_LEN)
@@ -229,7 +230,7 @@ def test_the_aggregations_differ_on_the_variable_length_batch(model_dir):
     """The batch is a real test: each aggregation gives a different loss on it."""
     values = [
         our_value(dedup_config(loss_aggregation=a), model_dir, variable=True)
-        for a in tb.AGGREGATION_TO_LOSS_TYPE
+        for a in tc.AGGREGATION_TO_LOSS_TYPE
     ]
     assert min(abs(a - b) for i, a in enumerate(values) for b in values[i + 1 :]) > 1e-3
 
@@ -238,30 +239,30 @@ def test_the_aggregations_differ_on_the_variable_length_batch(model_dir):
 def test_kl_on_variable_length_without_constant_normaliser_raises(aggregation):
     cfg = dedup_config(loss_aggregation=aggregation, kl_coef=0.05)
     with pytest.raises(ValueError, match="no constant beta matches.*constant_normalizer"):
-        tb.grpo_config_kwargs(cfg)
+        tc.grpo_config_kwargs(cfg)
 
 
 def test_fixed_length_beta_and_completion_length():
-    for aggregation, loss_type in tb.AGGREGATION_TO_LOSS_TYPE.items():
-        kw = tb.grpo_config_kwargs(fixed_config(loss_aggregation=aggregation, kl_coef=0.1))
+    for aggregation, loss_type in tc.AGGREGATION_TO_LOSS_TYPE.items():
+        kw = tc.grpo_config_kwargs(fixed_config(loss_aggregation=aggregation, kl_coef=0.1))
         assert kw["loss_type"] == loss_type
         assert kw["max_completion_length"] == L and kw["beta"] == pytest.approx(0.1 * L)
 
 
 def test_explicit_loss_type_must_aggregate_the_same():
     # fixed length: every loss type is the token mean
-    for loss_type in tb.LOSS_TYPES:
-        assert tb.grpo_config_kwargs(fixed_config(), loss_type)["loss_type"] == loss_type
-    assert tb.grpo_config_kwargs(dedup_config(), "bnpo")["loss_type"] == "bnpo"
+    for loss_type in tc.LOSS_TYPES:
+        assert tc.grpo_config_kwargs(fixed_config(), loss_type)["loss_type"] == loss_type
+    assert tc.grpo_config_kwargs(dedup_config(), "bnpo")["loss_type"] == "bnpo"
     with pytest.raises(ValueError, match="does not aggregate like loss_aggregation 'token_mean'"):
-        tb.grpo_config_kwargs(dedup_config(), "grpo")
+        tc.grpo_config_kwargs(dedup_config(), "grpo")
     with pytest.raises(ValueError, match="loss_type 'cispo'"):
-        tb.grpo_config_kwargs(fixed_config(), "cispo")
+        tc.grpo_config_kwargs(fixed_config(), "cispo")
 
 
 def test_overriding_max_completion_length_under_dr_grpo_raises():
     cfg = dedup_config(loss_aggregation="constant_normalizer")
     with pytest.raises(ValueError, match="max_completion_length=9 overrides"):
-        tb.grpo_config_kwargs(cfg, max_completion_length=9)
+        tc.grpo_config_kwargs(cfg, max_completion_length=9)
     # harmless when nothing depends on it (token mean, no KL)
-    assert tb.grpo_config_kwargs(dedup_config(), max_completion_length=9)
+    assert tc.grpo_config_kwargs(dedup_config(), max_completion_length=9)

@@ -16,7 +16,7 @@ from pgrl_helpers.memory import FP32_ADAM, measured_memory, memory_breakdown
 from pgrl_helpers.registry import build_estimator
 from pgrl_helpers.rollout import Rollout
 from pgrl_helpers.training import run_policy_gradient
-from pgrl_helpers.value import AutoregressiveValueModel, ValueHead, ppo_combined_loss, value_loss
+from pgrl_helpers.value import AutoregressiveValueModel, value_loss
 
 PROMPTS = torch.tensor([[1, 0, 2], [3, 3, 0]])
 
@@ -54,19 +54,6 @@ def test_critic_is_the_policy_trunk_with_a_scalar_head():
     assert n_critic == n_policy - policy.unembed.weight.numel() - policy.unembed.bias.numel() + 9
     for a, b in zip(critic().parameters(), model.parameters(), strict=True):
         assert torch.equal(a, b)  # seeded
-
-
-def test_value_head_on_the_policy_trunk_trains_the_trunk():
-    policy = AutoregressiveSortPolicy(4, 3, 5, d_model=8, num_layers=1, num_heads=2, seed=0)
-    head = ValueHead(8, seed=0)
-    responses, mask = policy.sample(PROMPTS, 3, torch.Generator().manual_seed(0))
-    values = head.values(policy, PROMPTS, responses)
-    assert values.shape == responses.shape
-    returns = torch.ones_like(values)
-    loss = ppo_combined_loss(torch.tensor(0.0), value_loss(values, values.detach(), returns, mask))
-    loss.backward()
-    assert policy.blocks[0].parameters().__next__().grad.abs().sum() > 0
-    assert policy.unembed.weight.grad is None  # the token head takes no part in V
 
 
 def test_value_loss_unclipped_and_clipped_by_hand():

@@ -47,8 +47,6 @@ from .capstone import (  # noqa: F401
 from .deltas import (  # noqa: F401
     BASELINE_DRAWS,
     BASELINE_G,
-    _delta_check,
-    _delta_rewards,
     baseline_variance_table,
     check_baseline,
     check_centered_deltas,
@@ -65,10 +63,6 @@ from .kl import (  # noqa: F401
     check_kl_k3,
 )
 from .losses import (  # noqa: F401
-    _loop_inputs,
-    _loss_inputs,
-    _params,
-    _reference_loop,
     check_clipped_loss,
     check_inner_loop,
 )
@@ -93,8 +87,6 @@ from .passk import (  # noqa: F401
     check_pass_at_k,
 )
 from .rewards import (  # noqa: F401
-    _exact_inputs,
-    _reward_inputs,
     check_expected_reward,
     check_sort_distance_reward,
 )
@@ -102,6 +94,5 @@ from .training import (  # noqa: F401
     TRAINING_BUDGET,
     TRAINING_TARGET,
     TRAINING_TASK,
-    _training_outcome,
     check_training_config,
 )

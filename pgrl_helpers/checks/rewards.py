@@ -39,7 +39,10 @@ def _reward_inputs(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def check_sort_distance_reward(fn: Callable, *, seed: int = 0, strict: bool = False):
-    """fn(prompts int[batch, pos], responses int[batch, trial, pos]) -> float[batch, trial]."""
+    """The batched ``sort_distance_reward``.
+
+    fn(prompts int[batch, prompt_pos], responses int[batch, trial, pos]) -> float[batch, trial].
+    """
 
     def diagnose() -> str:
         prompts, responses = _reward_inputs(seed)
@@ -119,7 +122,7 @@ def _exact_inputs(seed: int):
 
 
 def check_expected_reward(fn: Callable, *, seed: int = 0, strict: bool = False):
-    """fn(model, prompts int[batch, pos]) -> float[batch]: exact E[R | s] under
+    """fn(model, prompts int[batch, prompt_pos]) -> float[batch]: exact E[R | s] under
     ``sort_distance_reward``, differentiable in the model's parameters."""
 
     def diagnose() -> str:

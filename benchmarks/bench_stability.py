@@ -1,25 +1,27 @@
-"""Stability after the target (issue 12, item 3): does a GRPO run collapse later?
+"""Stability after the target: does a GRPO run collapse later?
 
-Each variant trains the 5 seeds of ``bench_3_generalization`` until validation exact-sort
+Each variant trains the 5 seeds of ``bench_generalization`` until validation exact-sort
 first reaches 99.5%, then ``STEPS_AFTER_TARGET`` more optimizer steps (so a variant with 4
 steps per sampled batch trains a quarter as many epochs after the target), and reports the
 largest drop of validation exact-sort below its value at the target, plus test exact-sort
 at the target and at the end. The variants change one thing each against the setting that
-collapsed (bench_3's first setting, 4 Adam steps on every sampled batch), to find what
-causes a collapse and what removes it; bench_3 now uses the fix (1 step per batch).
+collapsed (bench_generalization's first setting, 4 Adam steps on every sampled batch), to find
+what causes a collapse and what removes it; bench_generalization now uses the fix (1 step per
+batch).
 
-Usage: ``python bench_3_stability.py [--seeds S ...] [variant ...]`` (default: all variants,
-bench_3's seeds); results are merged into ``results/stability.json`` by variant name and
-seed (a re-run seed replaces its old run; other seeds are kept), so more seeds can be added
-to decide a comparison that is within seed noise. Each run records the machine it ran on. Runs go ``os.cpu_count()`` at a time, so
-wall times are comparable between variants; CPU seconds are reported beside them.
+    python benchmarks/bench_stability.py [--quick] [--seeds S ...] [--variants NAME ...]
+
+(default: all variants, bench_generalization's seeds); results are merged into
+``<out>/stability.json`` by variant name and seed (a re-run seed replaces its old run; other
+seeds are kept), so more seeds can be added to decide a comparison that is within seed noise.
+Each run records the machine it ran on. Runs go ``os.cpu_count()`` at a time, so wall times
+are comparable between variants; CPU seconds are reported beside them.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 
@@ -31,16 +33,20 @@ from _common import (  # noqa: E402
     machine,
     markdown_table,
     median,
+    output_dir,
+    parse_args,
     save,
     setup,
     train_to_target,
 )
-from bench_3_generalization import CONFIG, SEEDS, VALIDATION_TARGET  # noqa: E402
+from bench_generalization import CONFIG, QUICK, SEEDS, VALIDATION_TARGET  # noqa: E402
 
 #: Optimizer steps trained after validation first reaches the target, in every variant.
 STEPS_AFTER_TARGET = 400
+QUICK_STEPS_AFTER_TARGET = 4  # a quick run: divisible by every variant's steps per epoch
 
-#: name -> the TrainConfig fields changed against bench_3's CONFIG (1 step per batch)
+#: name -> the TrainConfig fields changed against bench_generalization's CONFIG (1 step per
+#: batch); the last name keeps "bench_3", the script's name when these runs were made
 VARIANTS: dict[str, dict] = {
     "4 inner steps per batch (before)": {"num_steps_per_epoch": 4},
     "4 inner steps, lr 3e-4": {"num_steps_per_epoch": 4, "learning_rate": 3e-4},
@@ -56,7 +62,9 @@ NAME = "stability"
 
 
 def summary_row(name: str, runs: list[dict]) -> list:
+    """One variant's row; a run that never reached the target has no drop ('-')."""
     drops = [r["largest_drop_after_target"] for r in runs]
+    reached = [d for d in drops if d is not None]
     return [
         name,
         f"{sum(r['reached'] for r in runs)}/{len(runs)}",
@@ -65,13 +73,13 @@ def summary_row(name: str, runs: list[dict]) -> list:
         median([r["epochs"] for r in runs]),
         f"{median([r['test_exact_sort_at_target'] for r in runs]):.3f}",
         f"{min(r['test_exact_sort'] for r in runs):.3f}",
-        f"{median(drops):.3f}",
-        f"{max(drops):.3f}",
-        " ".join(f"{d:.2f}" for d in drops),
+        f"{median(reached):.3f}" if reached else "-",
+        f"{max(reached):.3f}" if reached else "-",
+        " ".join("-" if d is None else f"{d:.2f}" for d in drops),
     ]
 
 
-def table(results: dict) -> str:
+def table(results: dict, steps_after: int = STEPS_AFTER_TARGET) -> str:
     headers = [
         "variant",
         "reached 99.5%",
@@ -79,7 +87,7 @@ def table(results: dict) -> str:
         "CPU s to target (median)",
         "epochs to target (median)",
         "test exact at target (median)",
-        f"test exact {STEPS_AFTER_TARGET} steps later (worst seed)",
+        f"test exact {steps_after} steps later (worst seed)",
         "largest validation drop after target (median)",
         "(max)",
         "per seed",
@@ -88,12 +96,13 @@ def table(results: dict) -> str:
     return markdown_table(headers, rows)
 
 
-def run_one(job: tuple[str, int]) -> dict:
-    """One (variant, seed): train to the validation target, then ``STEPS_AFTER_TARGET`` steps."""
-    name, seed = job
+def run_one(job: tuple) -> dict:
+    """One (variant, seed, base config, steps after): train to the validation target, then
+    that many optimizer steps."""
+    name, seed, base, steps_after = job
     setup()
-    config = replace(CONFIG, **VARIANTS[name], seed=seed)
-    epochs_after = STEPS_AFTER_TARGET // config.num_steps_per_epoch
+    config = replace(base, **VARIANTS[name], seed=seed)
+    epochs_after = steps_after // config.num_steps_per_epoch
     result = train_to_target(
         config, VALIDATION_TARGET, max_seconds=180.0, epochs_after_target=epochs_after
     )
@@ -108,19 +117,29 @@ def run_one(job: tuple[str, int]) -> dict:
     }
 
 
-def main(names: list[str], seeds: list[int] = SEEDS) -> None:
+def main(quick: bool = False, seeds=None, out_dir=RESULTS_DIR, *, variants=None) -> dict:
+    """Run ``variants`` (default: all) on ``seeds`` (default: bench_generalization's) and merge
+    them into out_dir/stability.json. ``quick``: one seed, bench_generalization's quick sizes."""
+    out_dir = output_dir(out_dir, quick)
     setup()
-    jobs = [(name, seed) for name in names for seed in seeds]
+    names = list(variants or VARIANTS)
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
+    seeds = tuple(seeds) if seeds else (SEEDS[:1] if quick else SEEDS)
+    base = replace(CONFIG, **QUICK) if quick else CONFIG
+    steps_after = QUICK_STEPS_AFTER_TARGET if quick else STEPS_AFTER_TARGET
+    jobs = [(name, seed, base, steps_after) for name in names for seed in seeds]
     with ProcessPoolExecutor(os.cpu_count() or 1) as pool:
         results = list(pool.map(run_one, jobs))
     new = {
         name: {
             "changes": VARIANTS[name],
-            "runs": [r for (n, _), r in zip(jobs, results) if n == name],
+            "runs": [r for (n, *_), r in zip(jobs, results) if n == name],
         }
         for name in names
     }
-    path = RESULTS_DIR / f"{NAME}.json"  # read last: variants may run in parallel processes
+    path = out_dir / f"{NAME}.json"  # read last: variants may run in parallel processes
     old = json.loads(path.read_text()) if path.exists() else {}
     results = old.get("variants", {}) if "steps_after_target" in old else {}
     if "machine" in old:  # runs from before per-run records: the file's machine and date
@@ -134,36 +153,45 @@ def main(names: list[str], seeds: list[int] = SEEDS) -> None:
         runs = sorted(kept + variant["runs"], key=lambda r: r["seed"])
         results[name] = {"changes": variant["changes"], "runs": runs}
     results = {name: results[name] for name in VARIANTS if name in results}
-    text = table(results)
-    drops = {n: max(r["largest_drop_after_target"] for r in v["runs"]) for n, v in results.items()}
+    text = table(results, steps_after)
+    drops = {
+        n: max(r["largest_drop_after_target"] or 0.0 for r in v["runs"]) for n, v in results.items()
+    }
     verdict = "; ".join(f"{n}: {d:.3f}" for n, d in drops.items())
     verdict = f"largest validation drop after the target, worst seed: {verdict}"
     print(text, verdict, sep="\n")
-    save(
+    return save(
         NAME,
         {
-            "steps_after_target": STEPS_AFTER_TARGET,
+            "steps_after_target": steps_after,
+            "validation_target": VALIDATION_TARGET,
             "before": BEFORE,
             "after": AFTER,
             "variants": results,
             "table": text,
             "verdict": verdict,
         },
+        out_dir,
     )
 
 
-def results_section(r: dict) -> str:
-    """RESULTS.md section 3b from ``results/stability.json``: the table, where and when each
-    seed ran, and every comparison with ``seed_stats.compare_seeds`` (medians, worst seed,
-    exact permutation p; "within seed noise" when p >= 0.05)."""
+def add_options(parser) -> None:
+    parser.add_argument("--variants", nargs="+", metavar="NAME", help="default: all")
+
+
+def section(r: dict, results_dir=RESULTS_DIR) -> str:
+    """The table, where and when each seed ran, and every comparison with
+    ``seed_stats.compare_seeds`` (medians, worst seed, exact permutation p; "within seed noise"
+    when p >= 0.05)."""
     from pgrl_helpers.seed_stats import compare_seeds, format_comparison
 
     variants, base, after = r["variants"], r["before"], r["after"]
-    drops = {
+    drops = {  # runs that reached the target
         n: [run["largest_drop_after_target"] for run in v["runs"]] for n, v in variants.items()
     }
+    drops = {n: [d for d in v if d is not None] for n, v in drops.items()}
     pairs = [(n, base) for n in variants if n != base] + [("2 inner steps per batch", after)]
-    pairs = [(a, b) for a, b in pairs if a in drops and b in drops]
+    pairs = [(a, b) for a, b in pairs if drops.get(a) and drops.get(b)]
     comparisons = [
         "- " + format_comparison(compare_seeds(drops[a], drops[b], a, b, higher_is_better=False))
         for a, b in pairs
@@ -172,15 +200,20 @@ def results_section(r: dict) -> str:
         {run.get("measured_on", "unknown") for v in variants.values() for run in v["runs"]}
     )
     window = f"{r['steps_after_target']} more optimizer steps (the same number in every variant)"
+    counts = " or ".join(str(n) for n in sorted({len(v["runs"]) for v in variants.values()}))
+    target = r.get("validation_target", VALIDATION_TARGET)
+    validation = next(iter(variants.values()))["runs"][0]["num_validation"]
     return "\n".join(
         [
-            "## 3b. Stability after the target (`bench_3_stability.py`)",
+            "## Stability after the target (`bench_stability.py`)",
             "",
-            "Section 3's seeds (five more for the 1-step, 4-step and entropy-bonus variants); each "
+            f"Section <bench_generalization>'s seeds first, {counts} seeds per variant in all "
+            "(the last column lists each seed's drop); each "
             "variant changes one thing against the setting that collapsed (4 Adam steps on every "
-            "sampled batch). Every run trains until validation exact-sort first reaches 99.5%, then "
+            "sampled batch). Every run trains until validation exact-sort first reaches "
+            f"{target:.1%}, then "
             f"{window}; 'largest drop' is the largest fall of validation exact-sort below its value "
-            "at the target (200 validation multisets). The runs were measured on: "
+            f"at the target ({validation} validation multisets). The runs were measured on: "
             + "; ".join(machines)
             + ". The time columns mix those machines and loads; CPU seconds depend less on the "
             "load, and the drops not at all.",
@@ -189,7 +222,7 @@ def results_section(r: dict) -> str:
             "",
             "Largest drop per seed compared (a smaller drop is better; exact permutation test on "
             f"the mean; {len(pairs)} comparisons share these runs, so a Bonferroni threshold would "
-            f"be {0.05 / len(pairs):.3f}):",
+            f"be {0.05 / max(len(pairs), 1):.3f}):",
             "",
             *comparisons,
         ]
@@ -197,17 +230,4 @@ def results_section(r: dict) -> str:
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    chosen_seeds = list(SEEDS)
-    if "--seeds" in args:
-        at = args.index("--seeds")
-        values = []
-        for arg in args[at + 1 :]:
-            if not arg.lstrip("-").isdigit():
-                break
-            values.append(int(arg))
-        chosen_seeds, args = values, args[:at] + args[at + 1 + len(values) :]
-    unknown = [a for a in args if a not in VARIANTS]
-    if unknown:
-        sys.exit(f"unknown variant(s) {unknown}; choose from {list(VARIANTS)}")
-    main(args or list(VARIANTS), chosen_seeds)
+    main(**parse_args(add_options))

@@ -1,0 +1,129 @@
+"""The named recipes (``pgrl_helpers.recipes.RECIPES``) and ``TrainConfig.preset``."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from pgrl_helpers.config import TrainConfig
+from pgrl_helpers.recipes import RECIPES
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: benchmarks/bench_objectives.py's table as it was written by hand before it read the recipes.
+BENCH_OBJECTIVES = {
+    "GRPO": {"loss_aggregation": "sequence_mean"},
+    "Dr. GRPO": {"deltas_mode": "centered_rewards", "loss_aggregation": "constant_normalizer"},
+    "DAPO": {"epsilon_high": 0.28, "batch_filter": "dapo", "dynamic_sampling_max_draws": 3},
+    "GSPO": {"policy_objective": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4,
+             "loss_aggregation": "sequence_mean"},
+    "CISPO": {"loss_mode": "cispo", "epsilon": 1.0, "epsilon_high": 4.0},
+    "RLOO": {"deltas_mode": "loo_rewards"},
+    "REINFORCE++": {"deltas_mode": "reinforce_pp_baseline"},
+}  # fmt: skip
+
+FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
+
+
+def test_the_table_names_the_methods_of_the_course():
+    assert {"lecture", "grpo", "dr_grpo", "dapo", "gspo", "cispo", "rloo", "reinforce_pp",
+            "notebook_08"} <= set(RECIPES)  # fmt: skip
+    assert RECIPES["lecture"] == {}
+    assert TrainConfig.preset("lecture") == TrainConfig()
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_each_recipe_validates_and_changes_only_the_fields_it_names(name):
+    fields = RECIPES[name]
+    assert set(fields) <= FIELDS, f"{name} names unknown fields {set(fields) - FIELDS}"
+    config = TrainConfig.preset(name)
+    config.validate()
+    default = TrainConfig()
+    changed = {f for f in FIELDS if getattr(config, f) != getattr(default, f)}
+    assert changed <= set(fields)
+    assert all(getattr(config, f) == value for f, value in fields.items())
+
+
+def test_overrides_win_over_the_recipe():
+    config = TrainConfig.preset("dapo", epsilon_high=0.3, seed=7)
+    assert (config.epsilon_high, config.seed, config.batch_filter) == (0.3, 7, "dapo")
+    assert RECIPES["dapo"]["epsilon_high"] == 0.28  # the table itself is untouched
+    assert TrainConfig.preset("grpo", loss_mode="naive").loss_mode == "naive"
+    with pytest.raises(TypeError, match="epsilon_hi"):
+        TrainConfig.preset("grpo", epsilon_hi=0.3)  # a misspelt field is not silently kept
+
+
+def test_an_unknown_recipe_lists_the_valid_names():
+    with pytest.raises(ValueError, match="unknown preset 'ppo'; valid values are: lecture, grpo"):
+        TrainConfig.preset("ppo")
+    with pytest.raises(ValueError, match="reinforce_pp"):
+        TrainConfig.preset("GRPO")
+
+
+def test_the_methods_differ_where_their_papers_do():
+    grpo, dr_grpo = TrainConfig.preset("grpo"), TrainConfig.preset("dr_grpo")
+    assert (grpo.deltas_mode, grpo.loss_aggregation) == ("normalized_rewards", "sequence_mean")
+    assert (dr_grpo.deltas_mode, dr_grpo.loss_aggregation) == (
+        "centered_rewards",
+        "constant_normalizer",
+    )
+    dapo = TrainConfig.preset("dapo")
+    assert (dapo.epsilon, dapo.epsilon_high, dapo.task) == (0.2, 0.28, "sort_dedup")
+    gspo = TrainConfig.preset("gspo")
+    assert (gspo.policy_objective, gspo.epsilon, gspo.epsilon_high) == ("sequence", 3e-4, 4e-4)
+    assert TrainConfig.preset("rloo").loss_mode == "naive"  # REINFORCE, no ratio clip
+    assert TrainConfig.preset("reinforce_pp").loss_mode == "clipped"
+    assert all(TrainConfig.preset(name).kl_coef == 0 for name in RECIPES)
+
+
+def test_bench_objectives_reads_its_table_from_the_recipes():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_objectives
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    table = bench_objectives.OBJECTIVES
+    assert table == BENCH_OBJECTIVES
+    assert list(table) == list(BENCH_OBJECTIVES)  # same display names, same order
+    for title, overrides in BENCH_OBJECTIVES.items():
+        assert list(table[title]) == list(overrides), title  # same field order
+    source = (REPO / "benchmarks" / "bench_objectives.py").read_text()
+    assert "RECIPES[" in source  # derived, not a second hand-written copy
+
+
+def _notebook_assignments(path: Path) -> dict[str, ast.expr]:
+    """name -> value expression of every top-level ``NAME = ...`` in the notebook's code."""
+    found = {}
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+        for node in ast.parse("\n".join(lines)).body:
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        found[target.id] = node.value
+                    elif isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
+                        for name, value in zip(target.elts, node.value.elts):
+                            found[name.id] = value
+    return found
+
+
+def test_the_notebook_08_recipe_is_notebook_08s_last_run():
+    assignments = _notebook_assignments(REPO / "notebooks" / "08_real_lm_details.ipynb")
+    call = assignments["main_config"]
+    assert isinstance(call, ast.Call) and call.func.id == "TrainConfig"
+    settings = {}
+    for keyword in call.keywords:
+        value = keyword.value
+        if isinstance(value, ast.Name):  # a constant of the notebook, e.g. PROMPT_LENGTH
+            value = assignments[value.id]
+        settings[keyword.arg] = ast.literal_eval(value)
+    settings.pop("progress")  # display only
+    assert TrainConfig(**settings) == TrainConfig.preset("notebook_08")
