@@ -1,6 +1,6 @@
 """``diagnose(history)``: read a run's logged metrics and name what went wrong.
 
-Each rule below looks only at the records of a history (``training.METRICS``: 'step' and
+Each rule below looks only at the records of a history (``history.METRICS``: 'step' and
 'eval' records) and returns a ``Finding`` naming the symptom, the evidence (metric, epochs,
 values), the likely causes and what to try. Severity 'warning' means something is wrong;
 'info' is a note about a metric that looks alarming but is normal. A healthy run yields no

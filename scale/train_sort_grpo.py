@@ -17,7 +17,7 @@ Same, with a vLLM generation server on the last GPU (start it first, see scale/R
         --config_file scale/accelerate_deepspeed_zero2.yaml \\
         scale/train_sort_grpo.py --model-dir runs/sort-init --use-vllm server
 
-The training settings are a ``pgrl_helpers.training.TrainConfig`` turned into
+The training settings are a ``pgrl_helpers.config.TrainConfig`` turned into
 ``trl.GRPOConfig`` arguments by ``pgrl_helpers.trl_config.grpo_config_kwargs``; only the
 per-device batch and the generation back end change with the number of processes.
 """
