@@ -62,7 +62,7 @@ TEST_REQUIREMENTS = [
     "requirements-test.txt",
     "requirements-scale.txt",
     "requirements-instructor.txt",
-    "requirements-book.txt",  # tests/test_book.py builds the book site
+    "requirements-book.txt",  # tests/repo/test_book.py builds the book site
 ]
 
 
@@ -524,7 +524,8 @@ def checkpoint() -> None:
 
 
 def mutation() -> None:
-    """Mutation testing (mutmut) of the core modules listed in tests/mutation.py."""
+    """Mutation testing (mutmut, tests/mutation.py) of each module whose tests/test_<module>.py
+    has a `# --- mutants ---` section."""
     setup(["requirements.txt", "requirements-dev.txt"])
     run(PY, ROOT / "tests" / "mutation.py", *sys.argv[2:])
 

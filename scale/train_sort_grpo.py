@@ -80,7 +80,7 @@ def recording(trainer_class):
     """A subclass of ``trainer_class`` (a GRPOTrainer) that keeps (``self.records``), per
     optimizer step, the batch its ``compute_loss`` saw, the loss, and the loss TRL's
     ``loss_type="bnpo"`` gives on the same batch; per generation round, the gathered prompts,
-    completions, rewards and advantages TRL logs. Used by tests/test_scale_two_processes.py."""
+    completions, rewards and advantages TRL logs. Used by tests/integration/test_scale_two_processes.py."""
 
     import torch
 

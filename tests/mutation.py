@@ -4,8 +4,8 @@ mutmut changes the code a little (flips an operator, swaps min and max, changes 
 constant, an axis or a string) one change at a time and reruns the unit tests that call
 the changed function; a change that no test notices is a *surviving* mutant. This script
 
-1. copies the package and ONLY the fast unit tests listed in ``MUTATION_TARGETS`` into a
-   fresh scratch directory ``.mutation/`` (gitignored; mutmut writes its mutated copy to
+1. copies the package and ONLY the fast unit tests of the targets into a fresh scratch
+   directory ``.mutation/`` (gitignored; mutmut writes its mutated copy to
    ``.mutation/mutants/``), so nothing of a previous run, no notebook and no browser test
    takes part;
 2. runs ``mutmut run`` there (niced, ``--workers`` processes, torch on one thread);
@@ -23,6 +23,11 @@ pin the argument name and the bound (which the upper/lower-case string mutants c
 tests kill), not the whole sentence, so decorating the sentence is not a defect.
 
     score = killed / (mutants - equivalent - message)      per module; the goal is >= 98 %
+
+What is mutated, against which tests, follows from the test layout (tests/README.md): a
+module ``m`` of ``pgrl_helpers`` is a target iff ``tests/test_m.py`` exists and has a line
+``# --- mutants ---``; its tests are ``tests/test_m.py`` plus the files (relative to
+``tests/``) that ``test_m.py`` names in a module-level tuple ``MUTATION_ALSO``.
 
 Usage: ``python tests/mutation.py [--workers N] [--report-only] [module ...]``
 (``module`` e.g. ``kl`` restricts the run to that module and its tests).
@@ -45,30 +50,46 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRATCH = ROOT / ".mutation"
 EQUIVALENT_FILE = ROOT / "tests" / "mutation_equivalent.toml"
 
-#: The numerical core: module of pgrl_helpers -> its fast unit tests (tests/test_<name>.py).
-#: Add a module (GAE, a new objective, an importance-weight correction, diagnose) as one line.
-MUTATION_TARGETS: dict[str, tuple[str, ...]] = {
-    "advantages": (
-        "advantages", "objectives", "framework_agreement", "mutation_kills_advantages",
-    ),
-    "kl": ("kl", "kl_extra", "framework_agreement", "remedies", "mutation_kills_kl"),
-    "losses": (
-        "losses", "clip_higher", "objectives", "kl_cov", "remedies", "mutation_kills_losses",
-    ),
-    "masking": ("masking", "framework_agreement", "remedies", "mutation_kills_masking"),
-    "sort_task": ("sort_task", "mutation_kills_sort_task"),
-    "gae": ("gae", "framework_agreement", "mutation_kills_gae"),
-    "value": ("value", "mutation_kills_value"),
-    "offpolicy": ("offpolicy", "remedies", "mutation_kills_offpolicy"),
-    "diagnose": ("diagnose", "mutation_kills_diagnose"),
-    "clip_family": ("objectives", "mutation_kills_clip_family"),
-    "covariance": ("kl_cov", "remedies", "mutation_kills_covariance"),
-    "tool_task": ("tool_task", "mutation_kills_tool_task"),
-    "registry": (
-        "objectives", "remedies", "offpolicy", "value", "layers", "mutation_kills_advantages",
-        "mutation_kills_losses",
-    ),
-}  # fmt: skip
+TESTS = ROOT / "tests"
+
+#: The line that opens a test file's mutation-kill tests and makes its module a target.
+MUTANTS_HEADER = "# --- mutants ---"
+
+
+def _mutation_also(path: Path, source: str) -> tuple[str, ...]:
+    """The module-level ``MUTATION_ALSO`` tuple of a test file (paths relative to tests/)."""
+    for node in ast.parse(source).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(isinstance(t, ast.Name) and t.id == "MUTATION_ALSO" for t in targets):
+            also = ast.literal_eval(node.value)
+            if not isinstance(also, tuple) or not all(isinstance(a, str) for a in also):
+                raise SystemExit(f"{path.name}: MUTATION_ALSO must be a tuple of paths")
+            for extra in also:
+                if not (TESTS / extra).is_file():
+                    raise SystemExit(f"{path.name}: MUTATION_ALSO names a missing file {extra}")
+            return also
+    return ()
+
+
+def mutation_targets() -> dict[str, tuple[str, ...]]:
+    """module of pgrl_helpers -> its test files (relative to tests/), by the naming convention.
+
+    ``m`` is a target iff ``tests/test_m.py`` has a ``# --- mutants ---`` line; its tests are
+    that file plus its ``MUTATION_ALSO`` (cross-module files whose tests also pin ``m``).
+    """
+    targets = {}
+    for path in sorted(TESTS.glob("test_*.py")):
+        source = path.read_text(encoding="utf-8")
+        if MUTANTS_HEADER not in (line.strip() for line in source.splitlines()):
+            continue
+        module = path.stem.removeprefix("test_")
+        if not (ROOT / "pgrl_helpers" / f"{module}.py").is_file():
+            raise SystemExit(
+                f"{path.name} has {MUTANTS_HEADER!r} but pgrl_helpers/{module}.py is missing"
+            )
+        targets[module] = (path.name, *_mutation_also(path, source))
+    return targets
+
 
 #: mutmut's verdicts that count as "a test noticed the change".
 KILLED = ("killed", "timeout", "caught by type check")
@@ -78,14 +99,13 @@ GOAL = 98.0
 
 def _select(names: list[str]) -> dict[str, tuple[str, ...]]:
     """module path -> test file paths, for the named modules (default: all)."""
-    unknown = set(names) - set(MUTATION_TARGETS)
+    targets = mutation_targets()
+    unknown = set(names) - set(targets)
     if unknown:
-        raise SystemExit(
-            f"unknown module(s) {sorted(unknown)}; known: {', '.join(MUTATION_TARGETS)}"
-        )
+        raise SystemExit(f"unknown module(s) {sorted(unknown)}; known: {', '.join(targets)}")
     return {
-        f"pgrl_helpers/{module}.py": tuple(f"tests/test_{stem}.py" for stem in stems)
-        for module, stems in MUTATION_TARGETS.items()
+        f"pgrl_helpers/{module}.py": tuple(f"tests/{test}" for test in tests)
+        for module, tests in targets.items()
         if not names or module in names
     }
 
@@ -109,7 +129,8 @@ def prepare_scratch(targets: dict[str, tuple[str, ...]]) -> None:
     for extra in ("tests/__init__.py", "tests/conftest.py"):
         if (ROOT / extra).exists():
             tests.append(extra)
-    for test in tests:
+    for test in tests:  # integration/ tests keep their subfolder (and their parents[2])
+        (SCRATCH / test).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / test, SCRATCH / test)
     config = f"""
 

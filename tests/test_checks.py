@@ -12,10 +12,15 @@ from pgrl_helpers import checks
 from pgrl_helpers.advantages import compute_deltas
 from pgrl_helpers.checks.losses import _reference_loop
 from pgrl_helpers.exact import all_responses, exact_expected_reward
+from pgrl_helpers.gae import compute_gae
 from pgrl_helpers.kl import kl_k1, kl_k3
-from pgrl_helpers.losses import compute_loss
+from pgrl_helpers.losses import compute_loss, compute_per_token_loss, sequence_log_ratio
+from pgrl_helpers.masking import aggregate_loss, masked_mean
+from pgrl_helpers.offpolicy import corrected_weights, effective_sample_size, importance_weights
+from pgrl_helpers.passk import pass_at_k
 from pgrl_helpers.sampling import compute_log_probs
 from pgrl_helpers.sort_task import compute_reward, sort_distance_reward_batch
+from pgrl_helpers.tool_task import GRADER_SLOT, tool_mask
 
 
 def stub(*args, **kwargs):
@@ -299,3 +304,368 @@ def test_training_config_mistakes():
     assert_fails(check, lambda: big, "over budget", "64,000")
     lecture = TrainConfig(**task, prompt_source="random", num_epochs=2, num_steps_per_epoch=1)
     assert_fails(check, lambda: lecture, "the target is 80%", "transformer")
+
+
+# --- assignments 05-08 ---
+# Checkers of assignments 05-08: the reference passes on two seeds, a blank stub is "not
+# implemented", and every mistake a checker names is planted and caught with that message.
+
+
+# --------------------------------------------------------------------------------------------
+# Reference implementations (from the package) pass; stubs are TODO
+# --------------------------------------------------------------------------------------------
+
+
+def ref_masked_mean(tensor, mask, dim=None):
+    return masked_mean(tensor, mask, dim=dim)
+
+
+def ref_aggregate(loss, mask, aggregation, max_length):
+    return aggregate_loss(loss, mask, aggregation, normalize_constant=float(max_length))
+
+
+def ref_td(rewards, values, mask, gamma):
+    return compute_gae(rewards, values, mask, gamma, 0.0)[0]
+
+
+def ref_gae(rewards, values, mask, gamma, lam):
+    return compute_gae(rewards, values, mask, gamma, lam)[0]
+
+
+def ref_ratio(lp, old, mask):
+    return sequence_log_ratio(lp, old, mask).squeeze(-1).exp()
+
+
+def ref_cispo(lp, old, deltas, lo, hi):
+    return compute_per_token_loss(lp, deltas, "cispo", old, lo, epsilon_high=hi).mean()
+
+
+def ref_tis(train, sampler, mask, cap):
+    return corrected_weights(importance_weights(train, sampler, mask), "tis", cap)
+
+
+def ref_mean_passk(correct, k):
+    n = correct.shape[1]
+    return sum(pass_at_k(n, int(c), k) for c in correct.sum(1)) / correct.shape[0]
+
+
+REFERENCES_05_08 = [
+    (checks.check_masked_mean, ref_masked_mean),
+    (checks.check_aggregate_loss, ref_aggregate),
+    (checks.check_td_errors, ref_td),
+    (checks.check_gae, ref_gae),
+    (checks.check_sequence_ratio, ref_ratio),
+    (checks.check_cispo_loss, ref_cispo),
+    (checks.check_truncated_weights, ref_tis),
+    (checks.check_effective_sample_size, effective_sample_size),
+    (checks.check_pass_at_k, pass_at_k),
+    (checks.check_mean_pass_at_k, ref_mean_passk),
+]
+
+
+@pytest.mark.parametrize(
+    "check, reference", REFERENCES_05_08, ids=lambda x: getattr(x, "__name__", "")
+)
+def test_reference_passes_and_stub_is_not_implemented_05_08(check, reference):
+    for seed in (0, 1):
+        assert outcome(check, reference, seed).passed, outcome(check, reference, seed)
+    assert outcome(check, stub).status == checks.TODO
+
+
+# --------------------------------------------------------------------------------------------
+# Masks and aggregation (assignment 05)
+# --------------------------------------------------------------------------------------------
+
+
+def test_masked_mean_mistakes():
+    check = checks.check_masked_mean
+
+    def times_mask(t, m, dim=None):  # right on finite padding, leaks a NaN
+        s = (t * m).sum() if dim is None else (t * m).sum(dim)
+        c = m.sum() if dim is None else m.sum(dim)
+        if (c == 0).any():
+            raise ValueError("empty")
+        return s / c
+
+    def no_raise(t, m, dim=None):
+        if not m.any():
+            return torch.tensor(float("nan"))
+        return masked_mean(t, m, dim=dim)
+
+    assert_fails(check, lambda t, m, dim=None: t.mean() if dim is None else t.mean(dim), "padding")
+    zeroed = lambda t, m, dim=None: (t * m).mean() if dim is None else (t * m).mean(dim)  # noqa: E731
+    assert_fails(check, zeroed, "averaged over padding", "mask.sum()")
+
+    def per_seq(t, m, dim=None):
+        return masked_mean(t, m, -1).mean() if dim is None else masked_mean(t, m, dim)
+
+    assert_fails(check, per_seq, "per-sequence instead of per-token")
+    summed = lambda t, m, dim=None: (t * m).sum() if dim is None else (t * m).sum(dim)  # noqa: E731
+    assert_fails(check, summed, "masked sum")
+    assert_fails(check, times_mask, "nan", "torch.where")
+    assert_fails(check, no_raise, "all-zero mask", "ValueError")
+    assert_fails(check, lambda t, m, dim=None: masked_mean(t, m), "dim=-1", "shape")
+
+
+def test_aggregate_loss_mistakes():
+    check = checks.check_aggregate_loss
+
+    def variant(wrong: dict):
+        def agg(loss, mask, aggregation, max_length):
+            real = mask > 0
+            zeroed = torch.where(real, loss, torch.zeros_like(loss))
+            n = mask.shape[0] * mask.shape[1]
+            kind = wrong.get(aggregation, aggregation)
+            if kind == "plain":
+                return loss.mean()
+            if kind == "sequence_mean":
+                return masked_mean(loss, mask, dim=-1).mean()
+            if kind == "token_mean":
+                return zeroed.sum() / mask.sum()
+            if kind == "no_count":
+                return zeroed.sum() / max_length
+            if kind == "detach":
+                return (zeroed.sum() / mask.sum()).detach()
+            return zeroed.sum() / (max_length * n)
+
+        return agg
+
+    assert outcome(check, variant({})).passed
+    assert_fails(check, variant({"token_mean": "plain"}), "token_mean", "averaged over padding")
+    assert_fails(
+        check, variant({"token_mean": "sequence_mean"}), "per-sequence instead of per-token"
+    )
+    assert_fails(check, variant({"sequence_mean": "token_mean"}), "per-token instead of")
+    assert_fails(check, variant({"constant_normalizer": "sequence_mean"}), "its own length")
+    assert_fails(check, variant({"constant_normalizer": "no_count"}), "number of responses")
+    assert_fails(check, variant({"token_mean": "detach"}), "no gradient")
+
+
+# --------------------------------------------------------------------------------------------
+# GAE (assignment 06)
+# --------------------------------------------------------------------------------------------
+
+
+def _shift(x):
+    return torch.cat([x[..., 1:], torch.zeros_like(x[..., :1])], dim=-1)
+
+
+def _td_variant(kind):
+    def td(rewards, values, mask, gamma):
+        v = values if kind == "bootstrap" else values * mask
+        g = 1.0 if kind == "no_gamma" else gamma
+        out = rewards * mask + g * _shift(v) - values * mask
+        if kind == "sign":
+            out = -out
+        return out if kind == "unmasked" else out * mask
+
+    return td
+
+
+def test_td_error_mistakes():
+    check = checks.check_td_errors
+    assert outcome(check, _td_variant("correct")).passed
+    assert_fails(check, _td_variant("bootstrap"), "bootstrapping past the last real token")
+    assert_fails(check, _td_variant("sign"), "wrong sign")
+    assert_fails(check, _td_variant("no_gamma"), "gamma")
+    assert_fails(check, lambda r, v, m, g: r + g * _shift(v) - v, "padding slots must be 0")
+
+
+def _gae_variant(kind):
+    def gae(rewards, values, mask, gamma, lam):
+        v = values if kind == "bootstrap" else values * mask
+        td = (rewards * mask + gamma * _shift(v) - values * mask) * mask
+        factor = (gamma * lam) ** 2 if kind == "twice" else gamma * lam
+        out = torch.zeros_like(td)
+        running = torch.zeros_like(td[..., 0])
+        order = range(td.shape[-1]) if kind == "forward" else reversed(range(td.shape[-1]))
+        for t in order:
+            running = td[..., t] + factor * running
+            out[..., t] = running
+        return out * mask
+
+    return gae
+
+
+def test_gae_mistakes():
+    check = checks.check_gae
+    assert outcome(check, _gae_variant("correct")).passed
+    assert_fails(check, _gae_variant("bootstrap"), "bootstrapping past the last real token")
+    assert_fails(check, _gae_variant("twice"), "applied twice")
+    assert_fails(check, _gae_variant("forward"), "reversed recursion")
+    assert_fails(check, lambda r, v, m, g, lam: ref_gae(r, v, m, g, lam)[..., :-1], "shape")
+
+
+# --------------------------------------------------------------------------------------------
+# Clip family and off-policy (assignment 07)
+# --------------------------------------------------------------------------------------------
+
+
+def test_sequence_ratio_mistakes():
+    check = checks.check_sequence_ratio
+
+    def masked_diff(lp, old, mask):
+        return torch.where(mask > 0, lp - old, torch.zeros_like(lp))
+
+    assert_fails(
+        check, lambda lp, o, m: masked_diff(lp, o, m).sum(-1).exp(), "not length-normalised"
+    )
+    assert_fails(
+        check, lambda lp, o, m: (masked_diff(lp, o, m).sum(-1) / m.shape[-1]).exp(), "padding"
+    )
+    arith = lambda lp, o, m: (torch.exp(lp - o) * m).sum(-1) / m.sum(-1)  # noqa: E731
+    assert_fails(check, arith, "geometric mean")
+    assert_fails(check, lambda lp, o, m: torch.exp(lp - o) * m, "one ratio per response")
+    assert_fails(check, lambda lp, o, m: ref_ratio(lp, o, m).detach(), "no gradient")
+
+
+def test_cispo_mistakes():
+    check = checks.check_cispo_loss
+
+    def variant(kind):
+        def loss(lp, old, deltas, lo, hi):
+            d = deltas[:, :, None]
+            ratio = torch.exp(lp - old)
+            top = lo if kind == "symmetric" else hi
+            weight = ratio.clamp(1 - lo, 1 + top)
+            if kind == "no_clip":
+                weight = ratio
+            if kind != "inside":
+                weight = weight.detach()
+            if kind == "ppo":
+                return -torch.minimum(ratio * d, ratio.clamp(1 - lo, 1 + hi) * d).mean()
+            per_token = -weight * d * lp
+            if kind == "sign":
+                return -per_token.mean()
+            return per_token.sum() if kind == "sum" else per_token.mean()
+
+        return loss
+
+    assert outcome(check, variant("correct")).passed
+    assert_fails(check, variant("inside"), "clip is inside the gradient", "detach")
+    assert_fails(check, variant("ppo"), "PPO's clipped loss")
+    assert_fails(check, variant("no_clip"), "forgot to clip")
+    assert_fails(check, variant("symmetric"), "eps_high")
+    assert_fails(check, variant("sign"), "wrong sign")
+    assert_fails(check, variant("sum"), "summed")
+
+
+def test_truncated_weight_mistakes():
+    check = checks.check_truncated_weights
+    assert_fails(check, lambda t, s, m, c: torch.exp(s - t).clamp(max=c), "wrong policy pair")
+    assert_fails(check, lambda t, s, m, c: torch.exp((t - s).clamp(max=c)), "before the exp")
+    assert_fails(check, lambda t, s, m, c: torch.exp(t - s), "did not truncate")
+    mis = lambda t, s, m, c: corrected_weights(importance_weights(t, s, m), "mis", c)  # noqa: E731
+    assert_fails(check, mis, "masked IS")
+    assert_fails(check, lambda t, s, m, c: ref_tis(t, s, m, c)[..., 0], "one weight per token")
+    # padding may hold anything: only real tokens are compared
+    padded = lambda t, s, m, c: torch.where(m > 0, ref_tis(t, s, m, c), 7.0)  # noqa: E731
+    assert outcome(check, padded).passed
+
+
+def test_ess_mistakes():
+    check = checks.check_effective_sample_size
+    assert_fails(check, lambda w: (w**2).sum() / w.sum() ** 2, "inverted")
+    assert_fails(check, lambda w: effective_sample_size(w) / w.numel(), "ess_fraction")
+    assert_fails(check, lambda w: (w**2).sum() / w.sum(), "square the SUM")
+    assert_fails(check, lambda w: w**2, "one number")
+    assert outcome(check, lambda w: torch.tensor(effective_sample_size(w))).passed
+
+
+# --------------------------------------------------------------------------------------------
+# pass@k (assignment 08)
+# --------------------------------------------------------------------------------------------
+
+
+def test_brute_force_is_the_combinatorial_formula():
+    for n, c, k in ((5, 2, 2), (8, 3, 4), (6, 0, 3), (6, 5, 2)):
+        want = 1 - math.comb(n - c, k) / math.comb(n, k)
+        assert checks.brute_force_pass_at_k(n, c, k) == pytest.approx(want, abs=1e-12)
+
+
+def test_pass_at_k_mistakes():
+    check = checks.check_pass_at_k
+    assert_fails(check, lambda n, c, k: 1 - (1 - c / n) ** k, "biased estimator", "replacement")
+    assert_fails(check, lambda n, c, k: math.comb(n - c, k) / math.comb(n, k), "all k fail")
+    assert_fails(check, lambda n, c, k: c / n, "pass@1")
+
+    def factorials(n, c, k):  # right for small n, overflows floats at n = 200
+        f = lambda x: float(math.factorial(x))  # noqa: E731
+        if n - c < k:
+            return 1.0
+        return 1 - (f(n - c) / (f(k) * f(n - c - k))) / (f(n) / (f(k) * f(n - k)))
+
+    assert_fails(check, factorials, "raised")
+
+
+def test_mean_pass_at_k_mistakes():
+    check = checks.check_mean_pass_at_k
+
+    def from_mean_count(correct, k):
+        n = correct.shape[1]
+        return pass_at_k(n, round(correct.sum(1).float().mean().item()), k)
+
+    def biased(correct, k):
+        n = correct.shape[1]
+        return sum(1 - (1 - int(c) / n) ** k for c in correct.sum(1)) / correct.shape[0]
+
+    assert_fails(check, from_mean_count, "mean count")
+    assert_fails(check, biased, "biased")
+    assert_fails(check, lambda correct, k: correct.any(1).float().mean(), "pass@n")
+
+
+# --------------------------------------------------------------------------------------------
+# Multi-turn masks (assignment 10)
+# --------------------------------------------------------------------------------------------
+
+
+def _multi_turn_variant(kind):
+    def loss(log_probs, deltas):
+        mask = tool_mask(tuple(deltas.shape), mask_tool_tokens=kind != "leak").bool()
+        if kind == "grader_leaks":
+            mask[..., GRADER_SLOT] = True
+        per_token = -deltas[:, :, None] * log_probs
+        zeroed = torch.where(mask, per_token, torch.zeros_like(per_token))
+        if kind == "all_slots":
+            return zeroed.sum() / per_token.numel()
+        if kind == "sign":
+            return -zeroed.sum() / mask.sum()
+        return zeroed.sum() / mask.sum()
+
+    return loss
+
+
+def test_multi_turn_loss_reference_and_mistakes():
+    check = checks.check_multi_turn_loss
+    for seed in (0, 1):
+        assert outcome(check, _multi_turn_variant("correct"), seed).passed
+    assert outcome(check, stub).status == checks.TODO
+    assert_fails(check, _multi_turn_variant("leak"), "tool token leaks", "2 (written by the tool)")
+    assert_fails(check, _multi_turn_variant("grader_leaks"), "5 (written by the grader)")
+    assert_fails(check, _multi_turn_variant("all_slots"), "still in the count")
+    assert_fails(check, _multi_turn_variant("sign"), "wrong sign")
+    assert_fails(check, lambda lp, d: (-d[:, :, None] * lp).mean().detach(), "no gradient")
+
+
+# --------------------------------------------------------------------------------------------
+# Short tracebacks in nbgrader's feedback
+# --------------------------------------------------------------------------------------------
+
+
+def test_every_checker_frame_is_hidden_from_ipython_tracebacks():
+    """A failed hidden check (strict=True) shows its one-line message; IPython skips every
+    frame that sets __tracebackhide__, so the checker's own code stays out of the feedback."""
+    names = sorted(n for n in dir(checks) if n.startswith("check_"))
+    assert len(names) >= 20
+    for name in names:
+        check = getattr(checks, name)
+        args = ("A",) if name == "check_broken_run" else ()
+        with pytest.raises(AssertionError) as info:
+            check(stub, *args, strict=True)
+        frames = []
+        tb = info.value.__traceback__
+        while tb is not None:
+            frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        shown = [f.f_code.co_name for f in frames if not f.f_locals.get("__tracebackhide__", False)]
+        assert name not in shown, f"{name}'s frame would show in a traceback: {shown}"

@@ -1,5 +1,9 @@
 """Rewards, prompts and compute_reward: hand cases, vectorised == per-example, bad input."""
 
+from __future__ import annotations
+
+import functools
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -7,6 +11,7 @@ from hypothesis import strategies as st
 
 from pgrl_helpers.sort_task import (
     LECTURE_PROMPTS,
+    SortTask,
     compute_reward,
     exact_sort,
     lecture_prompts,
@@ -118,3 +123,195 @@ def test_bad_inputs_raise_with_clear_messages():
         make_prompts(0, 3, 5)
     with pytest.raises(ValueError, match="negative ids"):
         compute_reward(prompts, torch.full((1, 2, 3), -1), "sort_inclusion_ordering_reward")
+
+
+# --- mutants ---
+# The cases mutation testing found unchecked (tests/MUTATION.md).
+#
+# exact_sort on partly-right responses and its output shape, dtypes (int32 token ids,
+# float32 rewards whatever the default dtype), empty batches, tensor inputs to the
+# per-example rewards, max_reward on functions, make_prompts' checks, and error messages
+# that name the offending argument.
+
+
+PROMPTS = torch.tensor([[2, 0, 1], [1, 1, 0]])
+
+
+# per prompt: exact, partly right (2 of 3 positions), reversed
+RESPONSES = torch.tensor([[[0, 1, 2], [0, 1, 1], [2, 1, 0]], [[0, 1, 1], [0, 1, 0], [1, 1, 0]]])
+
+
+def test_exact_sort_on_partly_right_responses():
+    got = exact_sort(PROMPTS, RESPONSES)
+    assert got.shape == (2, 3) and got.dtype == torch.bool
+    assert got.tolist() == [[True, False, False], [True, False, False]]
+    # one prompt, one trial, position-wise right except the last
+    assert exact_sort(torch.tensor([[3, 1, 2]]), torch.tensor([[[1, 2, 2]]])).tolist() == [[False]]
+
+
+def test_int32_token_ids_are_scored_like_int64():
+    for name in ("sort_distance_reward", "sort_inclusion_ordering_reward"):
+        wide = compute_reward(PROMPTS, RESPONSES, name)
+        narrow = compute_reward(PROMPTS.int(), RESPONSES.int(), name)
+        assert narrow.dtype == torch.float32 and torch.equal(narrow, wide)
+    assert torch.equal(exact_sort(PROMPTS.int(), RESPONSES.int()), exact_sort(PROMPTS, RESPONSES))
+    assert sorted_responses(PROMPTS.int()).dtype == torch.int32
+
+
+def test_rewards_are_float32_even_with_a_float64_default_dtype():
+    def per_example(prompt, response):
+        return 0.5
+
+    def vectorised(prompts, responses):
+        return torch.ones(responses.shape[:2], dtype=torch.float64) / 3
+
+    vectorised.vectorized = True
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        for reward_fn in (
+            "sort_distance_reward",
+            "sort_inclusion_ordering_reward",
+            per_example,
+            vectorised,
+        ):
+            rewards = compute_reward(PROMPTS, RESPONSES, reward_fn)
+            assert rewards.dtype == torch.float32, reward_fn
+            assert rewards.shape == (2, 3)
+        empty = sort_inclusion_ordering_reward_batch(PROMPTS, RESPONSES[:, :0])
+        assert empty.dtype == torch.float32
+    finally:
+        torch.set_default_dtype(previous)
+    assert compute_reward(PROMPTS, RESPONSES, vectorised)[0, 0].item() == pytest.approx(1 / 3)
+
+
+def test_rewards_by_hand():
+    distance = sort_distance_reward_batch(PROMPTS, RESPONSES)
+    assert distance.dtype == torch.float32
+    assert distance.tolist() == [[3.0, 2.0, 1.0], [3.0, 2.0, 1.0]]
+    inclusion_ordering = sort_inclusion_ordering_reward_batch(PROMPTS, RESPONSES)
+    assert inclusion_ordering.dtype == torch.float32
+    # [0,1,1] for prompt [2,0,1]: 0 and 1 included (2 missing) + 2 ordered pairs = 4
+    assert inclusion_ordering.tolist() == [[5.0, 4.0, 3.0], [5.0, 4.0, 4.0]]
+
+
+def test_empty_trial_axis_gives_an_empty_batch_by_trial_result():
+    empty = RESPONSES[:, :0]  # 2 prompts, 0 responses each
+    for reward in (sort_distance_reward_batch, sort_inclusion_ordering_reward_batch):
+        rewards = reward(PROMPTS, empty)
+        assert rewards.shape == (2, 0) and rewards.dtype == torch.float32
+    assert exact_sort(PROMPTS, empty).shape == (2, 0)
+
+
+def test_per_example_rewards_take_1d_tensors_and_name_bad_ones():
+    prompt, response = torch.tensor([2, 0, 1]), torch.tensor([0, 1, 1])
+    assert sort_distance_reward(prompt, response) == 2.0
+    assert sort_inclusion_ordering_reward(prompt, response) == 4.0
+    for fn in (sort_distance_reward, sort_inclusion_ordering_reward):
+        with pytest.raises(ValueError, match=r"^prompt must be one sequence \(1 dim\).*\[1, 3\]"):
+            fn(prompt[None], response)
+        with pytest.raises(ValueError, match=r"^response must be one sequence \(1 dim\).*\[1, 3\]"):
+            fn(prompt, response[None])
+        with pytest.raises(ValueError, match="^prompt and response must have the same length"):
+            fn(prompt, response[:2])
+
+
+def test_max_reward_takes_names_and_functions():
+    for fn, best in (
+        (sort_distance_reward, 4.0),
+        (sort_distance_reward_batch, 4.0),
+        (sort_inclusion_ordering_reward, 7.0),
+        (sort_inclusion_ordering_reward_batch, 7.0),
+    ):
+        assert max_reward(fn, 4) == best
+        assert max_reward(fn.__name__, 4) == best
+    known = r"\['sort_distance_reward', 'sort_inclusion_ordering_reward'\]"
+    with pytest.raises(ValueError, match=rf"^max_reward knows only {known}.*'nope'"):
+        max_reward("nope", 3)
+    # a callable without __name__ (a partial) is refused by name, not with an AttributeError
+    with pytest.raises(ValueError, match=rf"^max_reward knows only {known}, got ''"):
+        max_reward(functools.partial(sort_distance_reward), 3)
+
+
+def test_make_prompts_checks_every_size_and_reaches_zero():
+    for kwargs, name in (
+        ({"batch": 0, "length": 3, "vocab_size": 5}, "batch"),
+        ({"batch": 2, "length": 0, "vocab_size": 5}, "length"),
+        ({"batch": 2, "length": 3, "vocab_size": 0}, "vocab_size"),
+    ):
+        with pytest.raises(ValueError, match=rf"^{name} .*positive int.*0"):
+            make_prompts(**kwargs)
+    prompts = make_prompts(64, 5, 3, generator=0)
+    assert set(prompts.unique().tolist()) == {0, 1, 2}
+    assert make_prompts(2, 3, 1, generator=0).tolist() == [[0, 0, 0], [0, 0, 0]]
+    assert lecture_prompts().dtype == torch.int64
+
+
+def test_compute_reward_messages_name_the_argument():
+    with pytest.raises(TypeError, match="^prompts must be a torch.Tensor, got list"):
+        compute_reward(PROMPTS.tolist(), RESPONSES, "sort_distance_reward")
+    with pytest.raises(TypeError, match="^responses must be a torch.Tensor, got list"):
+        compute_reward(PROMPTS, RESPONSES.tolist(), "sort_distance_reward")
+    with pytest.raises(
+        ValueError, match=r"^prompts must have shape \[batch, prompt_pos\] \(2 dims\)"
+    ):
+        compute_reward(PROMPTS[0], RESPONSES, "sort_distance_reward")
+    with pytest.raises(
+        ValueError, match=r"^responses must have shape \[batch, trial, pos\] \(3 dims\)"
+    ):
+        compute_reward(PROMPTS, RESPONSES[0], "sort_distance_reward")
+    with pytest.raises(TypeError, match="^prompts must hold integer token ids, got dtype"):
+        compute_reward(PROMPTS.float(), RESPONSES, "sort_distance_reward")
+    with pytest.raises(TypeError, match="^responses must hold integer token ids, got dtype"):
+        compute_reward(PROMPTS, RESPONSES.float(), "sort_distance_reward")
+    with pytest.raises(
+        ValueError,
+        match="^unknown reward function 'nope'.*sort_distance_reward, sort_inclusion_ordering_reward",
+    ):
+        compute_reward(PROMPTS, RESPONSES, "nope")
+    with pytest.raises(TypeError, match="^reward_fn must be callable or a name.*int"):
+        compute_reward(PROMPTS, RESPONSES, 5)
+    with pytest.raises(ValueError, match="^rewards contains 6 non-finite"):
+        compute_reward(PROMPTS, RESPONSES, lambda p, r: float("inf"))
+    with pytest.raises(
+        ValueError,
+        match=r"^token ids must be >= 0",
+    ):
+        compute_reward(PROMPTS, -RESPONSES - 1, "sort_inclusion_ordering_reward")
+
+
+def test_a_vectorised_reward_of_the_wrong_shape_is_named():
+    def flat(prompts, responses):
+        return torch.zeros(responses.shape[0])
+
+    flat.vectorized = True
+    with pytest.raises(
+        ValueError,
+        match=r"^vectorised reward returned shape \[2\].*\[batch, trial\] = \[2, 3\]",
+    ):
+        compute_reward(PROMPTS, RESPONSES, flat)
+
+
+def test_sorted_responses_names_bad_prompts():
+    with pytest.raises(
+        ValueError, match=r"^prompts must have shape \[batch, prompt_pos\] \(2 dims\)"
+    ):
+        sorted_responses(PROMPTS[0])
+    with pytest.raises(TypeError, match="^prompts must hold integer token ids"):
+        sorted_responses(PROMPTS.float())
+
+
+def test_sort_task_scores_with_its_reward_and_exact_sort():
+    task = SortTask(3, 5)
+    assert (task.prompt_length, task.vocab_size, task.fixed_prompts) == (3, 5, None)
+    assert task.reward_fn == "sort_distance_reward"
+    assert torch.equal(
+        task.reward(PROMPTS, RESPONSES), sort_distance_reward_batch(PROMPTS, RESPONSES)
+    )
+    assert torch.equal(task.exact(PROMPTS, RESPONSES), exact_sort(PROMPTS, RESPONSES))
+    other = SortTask(3, 4, "sort_inclusion_ordering_reward", fixed_prompts=PROMPTS)
+    assert (other.prompt_length, other.vocab_size) == (3, 4)
+    assert other.fixed_prompts is PROMPTS
+    assert torch.equal(
+        other.reward(PROMPTS, RESPONSES), sort_inclusion_ordering_reward_batch(PROMPTS, RESPONSES)
+    )

@@ -24,7 +24,9 @@ from pgrl_helpers import trl_config as tc  # noqa: E402
 from pgrl_helpers.advantages import DELTA_MODES, compute_deltas  # noqa: E402
 from pgrl_helpers.config import TrainConfig  # noqa: E402
 from pgrl_helpers.kl import compute_kl_penalty  # noqa: E402
-from pgrl_helpers.losses import compute_loss  # noqa: E402
+from pgrl_helpers.losses import (
+    compute_loss,  # noqa: E402
+)
 from pgrl_helpers.sort_task import compute_reward, make_prompts, sort_distance_reward  # noqa: E402
 
 
@@ -405,3 +407,14 @@ def test_fresh_test_split_is_disjoint_from_train_val_and_the_old_test_set():
     assert total == 10**3  # every prompt, once
     with pytest.raises(ValueError, match="n_test"):
         tb.fresh_test_split(2, 3, n_test=2, n_val=2)
+
+
+# --- what the mapping refuses ---
+
+
+def test_the_trl_bridge_refuses_kl_cov_naming_it():
+    from pgrl_helpers import trl_config
+
+    config = TrainConfig(loss_mode="kl_cov", num_responses=4, prompt_source="random")
+    with pytest.raises(ValueError, match="loss_mode 'kl_cov' .KL-Cov"):
+        trl_config.grpo_config_kwargs(config)

@@ -2,21 +2,30 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
+from torch import nn
 
 from pgrl_helpers.autoregressive import AutoregressiveSortPolicy
 from pgrl_helpers.config import TrainConfig
-from pgrl_helpers.gae import compute_gae, outcome_token_rewards
+from pgrl_helpers.gae import compute_gae, outcome_token_rewards, whiten
 from pgrl_helpers.kl import kl_k1
 from pgrl_helpers.losses import compute_per_token_loss
 from pgrl_helpers.memory import FP32_ADAM, measured_memory, memory_breakdown
 from pgrl_helpers.registry import build_estimator
 from pgrl_helpers.rollout import Rollout
 from pgrl_helpers.training import run_policy_gradient
-from pgrl_helpers.value import AutoregressiveValueModel, value_loss
+from pgrl_helpers.value import (
+    AutoregressiveValueModel,
+    GAEEstimator,
+    build_critic,
+    value_loss,
+)
 
 PROMPTS = torch.tensor([[1, 0, 2], [3, 3, 0]])
 
@@ -216,3 +225,323 @@ def test_advantage_variances_log_the_raw_gae_advantages_before_whitening():
     real = raw[mask > 0]
     assert estimator.advantage_variances == [pytest.approx(float(real.var(correction=0)))]
     assert deltas[mask > 0].std() == pytest.approx(1.0, abs=1e-3)  # whitened (unit std)
+
+
+# --- mutants ---
+# The cases mutation testing found unchecked (tests/MUTATION.md).
+#
+# The critic's values against the trunk computed by hand, its defaults and seeding, the value
+# loss's clip on both sides and its 0.5, build_critic's mapping of the config, GAEEstimator's
+# learning rate, whitening and critic steps, the memory count by hand, and error messages
+# matched from their start so that they name the argument.
+
+
+RESPONSES = torch.tensor(
+    [[[0, 1, 4, 2, 2], [3, 4, 0, 0, 1]], [[2, 2, 2, 4, 0], [1, 0, 3, 2, 4]]]
+)  # [2, 2, 5]; 4 is EOS (vocab 4)
+
+
+def by_hand(trunk, head, prompts, responses):
+    """V at slot t from the trunk's hidden state after prompt + SEP + response[:t]."""
+    out = torch.zeros(responses.shape)
+    for b in range(responses.shape[0]):
+        for g in range(responses.shape[1]):
+            tokens = torch.cat([prompts[b], torch.tensor([trunk.sep_token]), responses[b, g, :-1]])[
+                None
+            ]
+            x = trunk.embedding(tokens) + trunk.position[: tokens.shape[1]]
+            for block in trunk.blocks:
+                x = block(x)
+            x = trunk.final_norm(x)
+            out[b, g] = head(x[0, prompts.shape[1] :]).squeeze(-1)
+    return out
+
+
+def test_critic_values_equal_the_trunk_and_head_by_hand():
+    model = AutoregressiveValueModel(4, 3, 5, d_model=8, num_layers=2, num_heads=2, seed=3)
+    values = model.values(PROMPTS, RESPONSES.int())
+    torch.testing.assert_close(values, by_hand(model.trunk, model.head, PROMPTS, RESPONSES))
+    assert not hasattr(model.trunk, "unembed") and model.prompt_length == 3
+
+
+def test_critic_defaults_and_seeding():
+    model = AutoregressiveValueModel(4, 3, 5, seed=0)
+    policy = AutoregressiveSortPolicy(4, 3, 5, seed=0)  # d_model 64, 2 layers, 4 heads
+    assert model.head.in_features == 64 and len(model.trunk.blocks) == 2
+    for a, b in zip(model.trunk.parameters(), policy.parameters()):  # the same trunk
+        assert torch.equal(a, b)
+    torch.manual_seed(1)  # the head is seeded with seed + 1
+    expected = nn.Linear(64, 1)
+    assert torch.equal(model.head.weight, expected.weight)
+    assert torch.equal(model.head.bias, expected.bias)
+    state = torch.random.get_rng_state()
+    AutoregressiveValueModel(4, 3, 5, d_model=8, num_layers=1, num_heads=2, seed=7)
+    assert torch.equal(torch.random.get_rng_state(), state)  # seeded: global RNG untouched
+    torch.manual_seed(11)
+    a = AutoregressiveValueModel(4, 3, 5, d_model=8, num_layers=1, num_heads=2)
+    torch.manual_seed(11)
+    c = AutoregressiveValueModel(4, 3, 5, d_model=8, num_layers=1, num_heads=2)
+    assert torch.equal(a.head.weight, c.head.weight)
+    assert not torch.equal(a.head.weight, AutoregressiveValueModel(4, 3, 5, 8, 1, 2).head.weight)
+
+
+def test_responses_must_be_3d():
+    model = AutoregressiveValueModel(4, 3, 5, d_model=8, num_layers=1, num_heads=2, seed=0)
+    with pytest.raises(
+        ValueError, match=re.escape("responses must have shape [batch, trial, pos] (3 dims)")
+    ):
+        model.values(PROMPTS, RESPONSES[0])
+
+
+MASK = torch.tensor([[[1.0, 1.0, 1.0, 0.0]]])
+
+
+RETURNS = torch.tensor([[[1.0, 1.0, -1.0, 50.0]]])
+
+
+OLD = torch.zeros(1, 1, 4)
+
+
+def test_value_loss_clips_both_sides_and_halves():
+    values = torch.tensor([[[0.5, 3.0, -3.0, 9.0]]], requires_grad=True)
+    # slot 0: 0.25 vs clip 0.2 -> 0.64; slot 1: 4 vs clip 0.2 -> 0.64 (max 4);
+    # slot 2: 4 vs clip -0.2 -> 0.64 (max 4): the clip acts on both sides of old_V
+    loss = value_loss(values, OLD, RETURNS, MASK, value_clip=0.2)
+    torch.testing.assert_close(loss, torch.tensor(0.5 * (0.64 + 4 + 4) / 3))
+    up = value_loss(torch.tensor([[[1.5, 0.0, 0.0, 0.0]]]), OLD, RETURNS, MASK, value_clip=1)
+    torch.testing.assert_close(up, torch.tensor(0.5 * (0.25 + 1 + 1) / 3))
+    down = value_loss(torch.tensor([[[0.0, 0.0, -2.0, 0.0]]]), OLD, RETURNS, MASK, value_clip=1)
+    torch.testing.assert_close(down, torch.tensor(0.5 * (1 + 1 + 1) / 3))
+    # the lower clip binds in the max: V = -1 is 1 below old_V, R = -5 below both
+    one = torch.tensor([[[1.0, 0.0, 0.0, 0.0]]])
+    low = value_loss(-one, OLD, -5 * one, one, value_clip=0.2)
+    torch.testing.assert_close(low, torch.tensor(0.5 * 4.8**2))
+    plain = value_loss(values, OLD, RETURNS, MASK)
+    torch.testing.assert_close(plain, torch.tensor(0.5 * (0.25 + 4 + 4) / 3))
+
+
+@pytest.mark.parametrize("clip", [0, 0.0, -0.1, True, math.inf, math.nan, "0.2"])
+def test_a_bad_value_clip_is_named(clip):
+    with pytest.raises(
+        ValueError,
+        match=rf"^value_clip .*positive finite number or None.*{re.escape(repr(clip))}",
+    ):
+        value_loss(torch.zeros(1, 1, 4), OLD, RETURNS, MASK, value_clip=clip)
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_value_loss_names_the_bad_tensor(which):
+    name = ("values", "old_values", "returns")[which]
+    args = [torch.zeros(1, 1, 4), OLD, RETURNS]
+    short = list(args)
+    short[which] = args[which][..., :3]
+    with pytest.raises(
+        ValueError, match=rf"^{name} and mask .*same shape.*\[1, 1, 3\] and \[1, 1, 4\]"
+    ):
+        value_loss(*short, MASK)
+    flat = list(args)
+    flat[which] = args[which][0]
+    with pytest.raises(
+        ValueError, match="^" + re.escape(f"{name} must have shape [batch, trial, pos]")
+    ):
+        value_loss(*flat, MASK)
+    bad = list(args)
+    bad[which] = args[which].clone()
+    bad[which][0, 0, 3] = math.nan
+    with pytest.raises(ValueError, match=f"^{name} contains 1 non-finite"):
+        value_loss(*bad, MASK)
+
+
+def test_value_loss_mask_may_have_holes_but_must_be_0_1():
+    values = torch.tensor([[[1.0, 2.0, 3.0, 4.0]]])
+    holes = torch.tensor([[[1.0, 0.0, 1.0, 0.0]]])
+    got = value_loss(values, values, torch.zeros(1, 1, 4), holes)
+    assert got.item() == 0.5 * (1.0 + 9.0) / 2  # tokens 0 and 2 only
+    with pytest.raises(ValueError, match="^mask must hold only 0 and 1"):
+        value_loss(torch.zeros(1, 1, 4), OLD, RETURNS, torch.tensor([[[1.0, 0.5, 1.0, 0.0]]]))
+
+
+def test_build_critic_maps_the_config():
+    config = TrainConfig(
+        model="autoregressive", task="sort_dedup", prompt_source="random", prompt_length=3,
+        vocab_size=4, max_response_length=5, embedding_dim=12, num_layers=3, num_heads=3, seed=4,
+    )  # fmt: skip
+    model = build_critic(config)
+    expected = AutoregressiveValueModel(4, 3, config.response_length, 12, 3, 3, seed=4)
+    assert len(list(model.parameters())) == len(list(expected.parameters()))
+    for a, b in zip(model.parameters(), expected.parameters()):
+        assert a.shape == b.shape and torch.equal(a, b)
+    # the head count does not change the parameters' shapes, only the attention
+    torch.testing.assert_close(
+        model.values(PROMPTS, RESPONSES), expected.values(PROMPTS, RESPONSES)
+    )
+    four_heads = AutoregressiveValueModel(4, 3, config.response_length, 12, 3, 4, seed=4)
+    assert not torch.allclose(
+        model.values(PROMPTS, RESPONSES), four_heads.values(PROMPTS, RESPONSES)
+    )
+
+
+PPO_SMALL = TrainConfig(
+    model="autoregressive", task="sort_dedup", prompt_source="random", prompt_length=3,
+    vocab_size=4, embedding_dim=8, num_layers=1, num_heads=2, reward_fn="dedup_position_reward",
+    num_responses=2, num_steps_per_epoch=3, learning_rate=1e-3, advantage_estimator="gae",
+    whiten_advantages=False, value_clip=None,
+)  # fmt: skip
+
+
+def _rollout():
+    mask = (RESPONSES != 4).cumprod(-1).float()
+    mask = torch.cat([torch.ones_like(mask[..., :1]), mask[..., :-1]], dim=-1)  # EOS counts
+    return SimpleNamespace(
+        prompts=PROMPTS, responses=RESPONSES, mask=mask,
+        rewards=torch.tensor([[1.0, -2.0], [0.5, 3.0]]),
+    )  # fmt: skip
+
+
+def test_gae_estimator_learning_rate_deltas_and_critic_steps():
+    est = GAEEstimator(None, PPO_SMALL)
+    with pytest.raises(ValueError, match="^after_epoch called before the estimator made"):
+        est.after_epoch(_rollout())  # a call-order mistake gets a clear error
+    assert est.optimizer.param_groups[0]["lr"] == 1e-3  # critic lr None: the policy's
+    assert (
+        GAEEstimator(None, replace(PPO_SMALL, critic_learning_rate=0.5)).optimizer.param_groups[0][
+            "lr"
+        ]
+        == 0.5
+    )
+    rollout = _rollout()
+    with torch.no_grad():
+        old = est.critic.values(PROMPTS, RESPONSES)
+    adv, returns = compute_gae(
+        outcome_token_rewards(rollout.rewards, rollout.mask), old, rollout.mask,
+        PPO_SMALL.gamma, PPO_SMALL.gae_lambda,
+    )  # fmt: skip
+    torch.testing.assert_close(est(rollout, PPO_SMALL), adv)
+    # gamma and lambda come from the config (not the defaults 1 and 0.95)
+    other = replace(PPO_SMALL, gamma=0.9, gae_lambda=0.5)
+    adv2, _ = compute_gae(
+        outcome_token_rewards(rollout.rewards, rollout.mask), old, rollout.mask, 0.9, 0.5
+    )
+    torch.testing.assert_close(est(rollout, other), adv2)
+    white = replace(PPO_SMALL, whiten_advantages=True)
+    torch.testing.assert_close(est(rollout, white), whiten(adv, rollout.mask))
+    # after_epoch: num_steps_per_epoch Adam steps on the value loss, mean loss logged
+    twin = GAEEstimator(None, PPO_SMALL)
+    losses = []
+    for _ in range(3):
+        loss = value_loss(twin.critic.values(PROMPTS, RESPONSES), old * rollout.mask, returns,
+                          rollout.mask)  # fmt: skip
+        twin.optimizer.zero_grad()
+        loss.backward()
+        twin.optimizer.step()
+        losses.append(loss.item())
+    est.after_epoch(rollout)
+    assert est.value_losses == [pytest.approx(sum(losses) / 3, rel=1e-6)]
+    for a, b in zip(est.critic.parameters(), twin.critic.parameters()):
+        torch.testing.assert_close(a, b)
+    with pytest.raises(ValueError, match="^after_epoch got a different rollout"):
+        est.after_epoch(_rollout())
+
+
+def test_gae_estimator_passes_value_clip_to_the_loss():
+    clipped = replace(PPO_SMALL, value_clip=1e-3, num_steps_per_epoch=2)
+    rollout = _rollout()
+    a, b = GAEEstimator(None, clipped), GAEEstimator(None, replace(clipped, value_clip=None))
+    a(rollout, clipped)
+    b(rollout, clipped)
+    a.after_epoch(rollout)
+    b.after_epoch(rollout)
+    assert a.value_losses[0] != pytest.approx(b.value_losses[0], rel=1e-6)
+
+
+def test_measured_memory_by_hand():
+    module = nn.Linear(3, 2)  # 8 float32 parameters
+    assert measured_memory(module) == {
+        "params": 8, "weights": 32, "grads": 0, "optimizer": 0, "total": 32,
+    }  # fmt: skip
+    module.weight.grad = torch.zeros(2, 3)  # only one gradient so far
+    assert measured_memory(module)["grads"] == 24
+    optimizer = torch.optim.Adam(module.parameters())
+    assert measured_memory(module, optimizer)["optimizer"] == 0  # no state before a step
+    module(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    got = measured_memory(module.double(), optimizer)
+    # double() replaced nothing in the optimizer state: exp_avg + exp_avg_sq in float32
+    assert got == {"params": 8, "weights": 64, "grads": 64, "optimizer": 64, "total": 192}
+
+
+def test_advantage_variance_of_a_rollout_without_policy_tokens_is_0():
+    from dataclasses import replace as dc_replace
+
+    from pgrl_helpers.registry import build_estimator
+    from pgrl_helpers.rollout import Rollout
+
+    config = dc_replace(PPO_SMALL, whiten_advantages=False)
+    policy = config.build_policy()
+    estimator = build_estimator("gae", policy, config)
+    prompts = torch.tensor([[1, 0, 2], [3, 3, 0]])
+    responses, mask = policy.sample(prompts, 2, torch.Generator().manual_seed(0))
+    rollout = Rollout(prompts, responses, torch.zeros_like(mask), torch.ones(2, 2))
+    deltas = estimator(rollout, config)
+    assert estimator.advantage_variances == [0.0] and (deltas == 0).all()
+
+
+# --- check_value_fields: each PPO field's bounds, its edges, and the two pairings ---------
+
+
+def _ppo_fields(**fields):
+    base = dict(
+        gamma=1.0, gae_lambda=0.95, critic_learning_rate=None, value_clip=0.2,
+        whiten_advantages=True, kl_in_reward=False, advantage_estimator="gae",
+        model="autoregressive", kl_coef=0.0,
+    )  # fmt: skip
+    return SimpleNamespace(**{**base, **fields})
+
+
+def test_check_value_fields_passes_the_edges_of_each_field():
+    from pgrl_helpers.value import check_value_fields
+
+    for edge in (dict(gamma=0), dict(gamma=1), dict(gae_lambda=0.0), dict(gae_lambda=1.0),
+                 dict(critic_learning_rate=1e-12), dict(value_clip=None),
+                 dict(value_clip=1e-12), dict(whiten_advantages=False),
+                 dict(kl_in_reward=True, kl_coef=1e-9),
+                 dict(advantage_estimator="group", model="lecture")):  # fmt: skip
+        check_value_fields(_ppo_fields(**edge))
+
+
+@pytest.mark.parametrize(
+    "field, value, error, pattern",
+    [
+        ("gamma", 1.0001, ValueError, r"^gamma .*\[0, 1\].*1.0001"),
+        ("gamma", -1e-9, ValueError, r"^gamma .*\[0, 1\].*-1e-09"),
+        ("gamma", True, ValueError, r"^gamma .*\[0, 1\].*True"),
+        ("gae_lambda", 1.5, ValueError, r"^gae_lambda .*\[0, 1\].*1.5"),
+        ("gae_lambda", -0.1, ValueError, r"^gae_lambda .*\[0, 1\].*-0.1"),
+        ("critic_learning_rate", 0, ValueError, "^critic_learning_rate .*positive finite.*or None.*0"),
+        ("critic_learning_rate", math.inf, ValueError,
+         "^critic_learning_rate .*positive finite.*or None.*inf"),
+        ("value_clip", 0.0, ValueError, "^value_clip .*positive finite.*or None.*0.0"),
+        ("whiten_advantages", 1, TypeError, "^whiten_advantages must be True or False.*1"),
+        ("kl_in_reward", 0, TypeError, "^kl_in_reward must be True or False.*0"),
+    ],
+)  # fmt: skip
+def test_check_value_fields_names_each_bad_field(field, value, error, pattern):
+    from pgrl_helpers.value import check_value_fields
+
+    with pytest.raises(error, match=pattern):
+        check_value_fields(_ppo_fields(**{field: value}))
+
+
+def test_check_value_fields_pairings():
+    from pgrl_helpers.value import check_value_fields
+
+    gae = r"^advantage_estimator 'gae' needs model 'autoregressive' \(its critic.*'transformer'"
+    with pytest.raises(ValueError, match=gae):
+        check_value_fields(_ppo_fields(model="transformer"))
+    for fields, got in (
+        (dict(kl_coef=0.0), "'gae' and 0.0"),
+        (dict(kl_coef=0.1, advantage_estimator="group", model="lecture"), "'group' and 0.1"),
+    ):
+        needs = r"^kl_in_reward puts .*advantage_estimator 'gae' .*and kl_coef > 0"
+        with pytest.raises(ValueError, match=needs + ".*" + re.escape(got)):
+            check_value_fields(_ppo_fields(kl_in_reward=True, **fields))
