@@ -256,7 +256,7 @@ def save_seed_runs(
 #
 # A test set is scored once, by the final recipe. Every results JSON records its validation
 # and test splits (seed, sizes, key) and every recipe scored on that test split;
-# tests/test_test_splits.py reads these records (and split_records_legacy.json for files written
+# tests/repo/test_test_splits.py reads these records (and split_records_legacy.json for files written
 # before this helper) and fails when a test split was scored by more than one recipe unless the
 # JSON and the prose that reports it both say that it guided the choice.
 #
@@ -347,7 +347,7 @@ def record_splits(
     ``recipe``: the configuration this file scored on ``test``; ``earlier_recipes``: others
     scored on the same test split whose files are gone (from the git history);
     ``guided_choice``: None if the test split guided no choice, else a sentence saying how it
-    did (required by tests/test_test_splits.py when more than one recipe scored it);
+    did (required by tests/repo/test_test_splits.py when more than one recipe scored it);
     ``benchmark``: the script's file name (default: the running script's), which the test
     looks for in the prose.
     """

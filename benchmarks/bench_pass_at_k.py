@@ -166,7 +166,7 @@ def run_seed(seed: int, n: int, steps: int, workdir: Path, config=ck.FULL) -> di
 
 
 def split_record(name: str, splits: dict) -> dict:
-    """The split facts tests/test_test_splits.py reads: id, seed, sizes, key."""
+    """The split facts tests/repo/test_test_splits.py reads: id, seed, sizes, key."""
     keys = [m for r in REGIONS for m in splits[f"test_{r}"]] if name == "test" else splits[name]
     what = "test_in + test_longer + test_unseen" if name == "test" else name
     return {

@@ -3,7 +3,7 @@
 Each ``check_*`` takes the implementation under test as an argument, computes what it should
 give *independently* (by enumeration, autograd of an exact objective, or a plain-Python
 reference), raises ``AssertionError`` naming the claim when they disagree, and returns the
-measured discrepancy for the notebook to print. ``tests/test_planted_bugs.py`` passes each
+measured discrepancy for the notebook to print. ``tests/integration/test_planted_bugs.py`` passes each
 one a planted bug (wrong sign, wrong axis, missing detach, biased std, wrong direction) and
 shows that it fails.
 

@@ -349,7 +349,7 @@ def heldout_split(config: TrainConfig, task=None) -> tuple[torch.Tensor, torch.T
     Disjoint by the task's key and drawn with ``config.eval_seed``: the same sets for every
     training seed, and the loop never trains on a prompt with one of their keys.
 
-    Taught in notebooks 04, 09.
+    Taught in notebook 04.
     """
     task = config.build_task() if task is None else task
     sizes = (config.heldout_size, config.heldout_size)
