@@ -26,6 +26,7 @@ The Makefile has the same targets (make lab, make test, ...).
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -275,14 +276,22 @@ def bench(quick: bool | None = None, install: bool = True) -> None:
     out = Path(tempfile.mkdtemp(prefix="pgrl-bench-quick-"))
     print(f"Quick benchmark runs into {out} (benchmarks/results/ is not touched):", flush=True)
     failed, start = [], time.perf_counter()
-    for script in scripts + [report]:
-        args = [str(out)] if script == report else ["--quick", "--out", str(out)]
+
+    def quick_run(script: Path, args: list[str]) -> tuple[subprocess.CompletedProcess, float]:
         began = time.perf_counter()
         done = subprocess.run(
             [str(PY), str(script), *args], cwd=ROOT, capture_output=True, text=True
         )
+        return done, time.perf_counter() - began
+
+    # two at a time (the machine's two cores; each script runs torch on one thread)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        runs = [(s, pool.submit(quick_run, s, ["--quick", "--out", str(out)])) for s in scripts]
+        results = [(script, *future.result()) for script, future in runs]
+    results.append((report, *quick_run(report, [str(out)])))  # reads what the scripts wrote
+    for script, done, seconds in results:
         status = "ok" if done.returncode == 0 else f"FAILED (exit {done.returncode})"
-        print(f"  {script.name:28s} {time.perf_counter() - began:5.1f} s  {status}", flush=True)
+        print(f"  {script.name:28s} {seconds:5.1f} s  {status}", flush=True)
         if done.returncode:
             failed.append(script.name)
             print(done.stdout[-4000:] + done.stderr[-4000:], file=sys.stderr, flush=True)
