@@ -106,15 +106,27 @@ CONFIGS: dict[str, dict] = {
 }
 
 
-def record(name: str) -> dict:
-    """The run's records plus what the History carries (prompts, refreshes, final weights)."""
+def record(name: str, **overrides) -> dict:
+    """The run's records plus what the History carries (prompts, refreshes, final weights).
+
+    The run is made in float64 (``torch.set_default_dtype``, restored afterwards): every model
+    weight, log-prob, loss and gradient is then float64, so the round-off that differs between
+    CPUs (PyTorch picks vectorised kernels by processor) stays near 1e-14 instead of the 1e-5 that
+    a float32 trajectory reaches. The loop's code is the same in both precisions.
+    ``overrides`` change config fields (the planted-change test uses them).
+    """
     import torch
 
     from pgrl_helpers.config import TrainConfig
     from pgrl_helpers.training import run_policy_gradient
 
     threads_before = torch.get_num_threads()
-    history = run_policy_gradient(TrainConfig(**CONFIGS[name]))
+    dtype_before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        history = run_policy_gradient(TrainConfig(**{**CONFIGS[name], **overrides}))
+    finally:
+        torch.set_default_dtype(dtype_before)
     params = [p.detach().double() for p in history.model.parameters()]
     return {
         "records": [dict(r) for r in history],
@@ -124,6 +136,7 @@ def record(name: str) -> dict:
         "test_prompts": history.test_prompts.tolist(),
         "train_prompts_with_heldout_key": history.train_prompts_with_heldout_key,
         "train_prompts": history.train_prompts.tolist(),
+        "param_dtype": str(next(history.model.parameters()).dtype),
         "param_sum": float(sum(p.sum() for p in params)),
         "param_sq_sum": float(sum((p * p).sum() for p in params)),
         "threads_restored": torch.get_num_threads() == threads_before,
