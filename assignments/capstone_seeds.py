@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pgrl_helpers import checks  # noqa: E402
+from pgrl_helpers.checks.capstone import _broken_config  # noqa: E402
 from pgrl_helpers.training import run_policy_gradient  # noqa: E402
 
 FIXES = {
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="100-111", help="a range, e.g. 100-111")
     args = parser.parse_args(argv)
-    fixed = [replace(checks.broken_config(run), **change, seed=0) for run, change in FIXES.items()]
+    fixed = [replace(_broken_config(run), **change, seed=0) for run, change in FIXES.items()]
     fixed = {repr(config): config for config in fixed}
     assert len(fixed) == 1, "the three intended fixes restore one recipe"
     recipe = next(iter(fixed.values()))

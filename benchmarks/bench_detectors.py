@@ -16,6 +16,8 @@ with the reported ones. Runs are tiny (about a CPU second each).
     nice -n 10 .venv/bin/python benchmarks/bench_detectors.py --jobs 2
     .venv/bin/python benchmarks/bench_detectors.py --seeds 10 11   # some seeds only
     .venv/bin/python benchmarks/bench_detectors.py --quick   # seeds 0 and 10, 2 epochs per run
+    .venv/bin/python benchmarks/bench_detectors.py --findings held_at_reference --out /tmp/d
+        # one finding's planted and fixed runs plus the healthy runs (never into results/)
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 
 from _common import RESULTS_DIR, markdown_table, output_dir, parse_args, record_splits, save, setup
 
@@ -77,11 +80,11 @@ def one_run(job: tuple[str, str, int, bool]) -> dict:
     }
 
 
-def rates(runs: list[dict], seeds: tuple[int, ...]) -> dict:
+def rates(runs: list[dict], seeds: tuple[int, ...], findings=tuple(CATALOGUE)) -> dict:
     """Per finding: hits on its planted runs, false alarms on healthy and on its fixed runs."""
     out = {}
     healthy = [r for r in runs if r["kind"] == "healthy" and r["seed"] in seeds]
-    for name in CATALOGUE:
+    for name in findings:
         planted = [r for r in runs if r["finding"] == name and r["kind"] == "planted"]
         fixed = [r for r in runs if r["finding"] == name and r["kind"] == "fixed"]
         planted = [r for r in planted if r["seed"] in seeds]
@@ -127,14 +130,27 @@ def goal_comparison(runs: list[dict], seeds: tuple[int, ...]) -> dict:
     common = sorted(set(pick["planted"]) & set(pick["fixed"]))
     loophole = [pick["planted"][s] for s in common]
     fixed = [pick["fixed"][s] for s in common]
-    result = compare_seeds(fixed, loophole, "sort_distance (fix)", "inclusion+ordering", True)
+    # seed k of both rewards starts from the same weights and prompts: paired by seed
+    result = compare_seeds(
+        fixed, loophole, "sort_distance (fix)", "inclusion+ordering", True, paired=True
+    )
     return {"seeds": common, "loophole": loophole, "fixed": fixed, "comparison": result}
 
 
-def main(quick: bool = False, seeds=None, out_dir=RESULTS_DIR, *, jobs: int = 2) -> dict:
+def main(
+    quick: bool = False, seeds=None, out_dir=RESULTS_DIR, *, jobs: int = 2, findings=None
+) -> dict:
     """Healthy, planted and fixed runs of every finding on ``seeds`` (default: the tuning and
     the report seeds; ``quick``: one of each, ``QUICK_EPOCHS`` epochs per run), ``jobs``
-    processes."""
+    processes. ``findings``: only these findings' planted and fixed runs (the healthy runs
+    always run); such a partial run never writes to results/."""
+    findings = tuple(findings) if findings else tuple(CATALOGUE)
+    unknown = sorted(set(findings) - set(CATALOGUE))
+    if unknown:
+        raise SystemExit(f"unknown findings {unknown}; choose from {sorted(CATALOGUE)}")
+    partial = set(findings) != set(CATALOGUE)
+    if partial and not quick and Path(out_dir).resolve() == RESULTS_DIR:
+        raise SystemExit("--findings runs only some detectors: write it elsewhere with --out DIR")
     out_dir = output_dir(out_dir, quick)
     setup()
     seeds = tuple(seeds) if seeds else ((0, 10) if quick else TUNING_SEEDS + REPORT_SEEDS)
@@ -142,7 +158,7 @@ def main(quick: bool = False, seeds=None, out_dir=RESULTS_DIR, *, jobs: int = 2)
     report_seeds = tuple(s for s in seeds if s not in TUNING_SEEDS)
     work = [("healthy", "healthy", s, quick) for s in seeds]
     work += [
-        (name, kind, s, quick) for s in seeds for name in CATALOGUE for kind in ("planted", "fixed")
+        (name, kind, s, quick) for s in seeds for name in findings for kind in ("planted", "fixed")
     ]
     start = time.perf_counter()
     with ProcessPoolExecutor(jobs) as pool:
@@ -155,11 +171,15 @@ def main(quick: bool = False, seeds=None, out_dir=RESULTS_DIR, *, jobs: int = 2)
         for r in runs
     ]
     wall = time.perf_counter() - start
-    result = {"tuning": rates(runs, tuning_seeds), "report": rates(runs, report_seeds)}
+    result = {
+        "tuning": rates(runs, tuning_seeds, findings),
+        "report": rates(runs, report_seeds, findings),
+    }
     print("reported seeds", report_seeds)
     print(table(result["report"]))
-    goal = goal_comparison(runs, report_seeds)
-    print(goal["comparison"])
+    goal = goal_comparison(runs, report_seeds) if "reward_hacking" in findings else None
+    if goal is not None:
+        print(goal["comparison"])
     payload = record_splits(
         {},
         validation=None,
@@ -194,6 +214,12 @@ def main(quick: bool = False, seeds=None, out_dir=RESULTS_DIR, *, jobs: int = 2)
 
 def add_options(parser) -> None:
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel processes")
+    parser.add_argument(
+        "--findings",
+        nargs="+",
+        metavar="NAME",
+        help="only these findings' planted and fixed runs (needs --out; default: every finding)",
+    )
 
 
 def section(r: dict, results_dir=RESULTS_DIR) -> str:

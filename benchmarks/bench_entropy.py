@@ -156,7 +156,13 @@ def section(payload: dict, results_dir=RESULTS_DIR) -> str:
     R = -a exp(H) + b fitted to the collapsing runs."""
     import torch
 
-    from pgrl_helpers.seed_stats import compare_seeds
+    from pgrl_helpers.seed_stats import compare_seeds, pair_by_seed
+
+    def paired_p(runs, others, key):  # the same seeds: paired, seed by seed
+        _, a, b = pair_by_seed(
+            {x["seed"]: x[key] for x in runs}, {x["seed"]: x[key] for x in others}
+        )
+        return compare_seeds(a, b, paired=True)["p_value"]
 
     runs, c = payload["runs"], payload["collapse_config"]
     none = runs["none (GRPO)"]
@@ -168,8 +174,8 @@ def section(payload: dict, results_dir=RESULTS_DIR) -> str:
         if name == "none (GRPO)":
             p_h = p_t = "-"
         else:
-            p_h = f"{compare_seeds(h, [x['final_entropy'] for x in none])['p_value']:.3f}"
-            p_t = f"{compare_seeds(t, [x['final_test_exact'] for x in none])['p_value']:.3f}"
+            p_h = f"{paired_p(rs, none, 'final_entropy'):.3f}"
+            p_t = f"{paired_p(rs, none, 'final_test_exact'):.3f}"
             n_tests += 2
         rows.append(
             f"| {name} | {statistics.median(h):.3f} | {min(h):.3f} | {statistics.median(r):.3f} "
@@ -195,7 +201,8 @@ def section(payload: dict, results_dir=RESULTS_DIR) -> str:
             "entropy and reward: mean over the last epoch's optimizer steps; test exact: the "
             f"loop's test split ({c['num_eval_prompts']} sets of values), scored once per run at "
             "its end, choosing "
-            "nothing. p: `seed_stats.compare_seeds` (exact permutation over the seeds) against no "
+            "nothing. p: `seed_stats.compare_seeds(..., paired=True)` (exact sign-flip test over the "
+            "shared seeds; five pairs cannot go below 0.0625) against no "
             f"remedy; {n_tests} tests, Bonferroni threshold {0.05 / max(n_tests, 1):.4f}.",
             "",
             "| setting | final entropy (median) | final entropy (lowest seed) | final training "

@@ -5,27 +5,32 @@ the deltas (``deltas_mode="rewards"``). Early in training almost every response 
 the true policy gradient is ~0 in expectation and a systematic change of response length comes
 from how the per-token losses are aggregated. The notebook runs 3 seeds per aggregation; with
 3 + 3 seeds an exact permutation test cannot reach p < 0.05 (its smallest value is 0.1), so the
-direction of the token-level runs cannot be decided there. This runs ``SEEDS`` (10) seeds of
+direction of the token-level runs cannot be decided there (paired, over three seeds, it cannot
+go below 0.25). This runs ``SEEDS`` (10) seeds of
 the same setting (``CONFIG``, the notebook's ``drift_config``, 12 epochs) per aggregation, and
 one ablation that changes only the loss: ``token_mean`` without PPO's clip (``loss_mode=
 "naive"``, same 2 optimizer steps per batch), to test whether the clip drives the token-level
 drift.
 
 Per run: mean sampled response length per epoch (tokens, EOS included). Comparisons
-(``seed_stats.compare_seeds``, exact permutation test over the seeds): final length against
+(``seed_stats.compare_seeds(..., paired=True)``: every setting runs the same seeds, seed k from
+the same weights and prompts, so the exact sign-flip test over the seeds): final length against
 the epoch-0 length of the same runs (direction), ``sequence_mean`` against each token-level
 aggregation (the gap), and clipped against naive ``token_mean`` (the ablation). No held-out
 score is involved: length is a training-batch statistic, nothing is tuned.
 
 Writes results/length_drift.json. Run: ``python benchmarks/bench_length_drift.py [--workers 2]``
-(``--quick``: seed 0, 2 epochs, into a temporary folder).
+(``--quick``: seed 0, 2 epochs, into a temporary folder; ``--recompute``: only the comparisons,
+from the stored per-seed lengths).
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from _common import RESULTS_DIR, output_dir, parse_args, record_splits, save, setup
@@ -33,7 +38,7 @@ from _common import RESULTS_DIR, output_dir, parse_args, record_splits, save, se
 from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.dedup_task import dedup_exact_reward
 from pgrl_helpers.history import per_epoch
-from pgrl_helpers.seed_stats import compare_seeds
+from pgrl_helpers.seed_stats import compare_seeds, pair_by_seed
 from pgrl_helpers.training import run_policy_gradient
 
 NAME = "length_drift"
@@ -107,9 +112,63 @@ def no_splits(payload: dict) -> dict:
     return payload
 
 
-def main(quick: bool = False, seeds=None, out_dir=RESULTS_DIR, *, workers: int = 2) -> dict:
+def comparisons(runs: list[dict]) -> list[dict]:
+    """Direction (last epoch vs epoch 0), gap (sequence_mean vs each token-level aggregation)
+    and the clip ablation (change in length), each paired seed by seed."""
+    first = {
+        n: {r["seed"]: r["length_per_epoch"][0] for r in runs if r["setting"] == n}
+        for n in SETTINGS
+    }
+    last = {
+        n: {r["seed"]: r["length_per_epoch"][-1] for r in runs if r["setting"] == n}
+        for n in SETTINGS
+    }
+    change = {n: {s: last[n][s] - first[n][s] for s in last[n]} for n in SETTINGS}
+
+    def paired(a, b, name_a, name_b):
+        _, x, y = pair_by_seed(a, b)
+        return compare_seeds(x, y, name_a, name_b, paired=True)
+
+    out = [
+        {"kind": "direction"} | paired(last[n], first[n], f"{n}: last epoch", f"{n}: epoch 0")
+        for n in SETTINGS
+    ]
+    for n in ("token_mean", "constant_normalizer"):
+        out.append({"kind": "gap"} | paired(last["sequence_mean"], last[n], "sequence_mean", n))
+    out.append(
+        {"kind": "ablation: PPO's clip"}
+        | paired(
+            change["token_mean"],
+            change["token_mean, no clip (naive)"],
+            "token_mean (clipped): change",
+            "token_mean, no clip: change",
+        )
+    )
+    return out
+
+
+def recompute_stored(out_dir=RESULTS_DIR) -> dict:
+    """Only the comparisons of out_dir/length_drift.json, from its stored per-seed lengths."""
+    path = Path(out_dir) / f"{NAME}.json"
+    payload = json.loads(path.read_text())
+    payload["comparisons"] = comparisons(payload["runs"])
+    payload["comparisons_recomputed_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return payload
+
+
+def main(
+    quick: bool = False,
+    seeds=None,
+    out_dir=RESULTS_DIR,
+    *,
+    workers: int = 2,
+    recompute: bool = False,
+) -> dict:
     """Every setting on every seed (default ``SEEDS``; ``quick``: seed 0, ``QUICK_EPOCHS``
-    epochs), ``workers`` processes."""
+    epochs), ``workers`` processes; ``recompute``: only the comparisons of the stored file."""
+    if recompute:
+        return recompute_stored(out_dir)
     out_dir = output_dir(out_dir, quick)
     setup()
     seeds = tuple(seeds) if seeds else ((0,) if quick else SEEDS)
@@ -119,26 +178,7 @@ def main(quick: bool = False, seeds=None, out_dir=RESULTS_DIR, *, workers: int =
         runs = pool.starmap(run, jobs)
     first = {n: [r["length_per_epoch"][0] for r in runs if r["setting"] == n] for n in SETTINGS}
     last = {n: [r["length_per_epoch"][-1] for r in runs if r["setting"] == n] for n in SETTINGS}
-    comparisons = []
-    for n in SETTINGS:
-        comparisons.append(
-            {"kind": "direction"}
-            | compare_seeds(last[n], first[n], f"{n}: last epoch", f"{n}: epoch 0")
-        )
-    for n in ("token_mean", "constant_normalizer"):
-        comparisons.append(
-            {"kind": "gap"} | compare_seeds(last["sequence_mean"], last[n], "sequence_mean", n)
-        )
     change = {n: [b - a for a, b in zip(first[n], last[n])] for n in SETTINGS}
-    comparisons.append(
-        {"kind": "ablation: PPO's clip"}
-        | compare_seeds(
-            change["token_mean"],
-            change["token_mean, no clip (naive)"],
-            "token_mean (clipped): change",
-            "token_mean, no clip: change",
-        )
-    )
     summary = {
         n: {
             "grew": sum(b > a for a, b in zip(first[n], last[n])),
@@ -150,7 +190,7 @@ def main(quick: bool = False, seeds=None, out_dir=RESULTS_DIR, *, workers: int =
         }
         for n in SETTINGS
     }
-    for c in comparisons:
+    for c in comparisons(runs):
         print(c)
     return save(
         NAME,
@@ -164,7 +204,7 @@ def main(quick: bool = False, seeds=None, out_dir=RESULTS_DIR, *, workers: int =
                 "epochs": epochs,
                 "held_out_scores": "none (length is a training-batch statistic; nothing is tuned)",
                 "summary": summary,
-                "comparisons": comparisons,
+                "comparisons": comparisons(runs),
                 "total_cpu_seconds": round(sum(r["cpu_seconds"] for r in runs), 1),
                 "runs": runs,
             }
@@ -175,6 +215,9 @@ def main(quick: bool = False, seeds=None, out_dir=RESULTS_DIR, *, workers: int =
 
 def add_options(parser) -> None:
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument(
+        "--recompute", action="store_true", help="only the comparisons, from the stored file"
+    )
 
 
 def section(payload: dict, results_dir=RESULTS_DIR) -> str:
@@ -189,10 +232,10 @@ def section(payload: dict, results_dir=RESULTS_DIR) -> str:
     def verdict(x: dict) -> str:  # compare_seeds says "better"; for a length, say "longer"
         return x["verdict"].replace("better", "longer")
 
-    comparisons = [
+    table = [
         f"| {x['kind']} | {x['name_a']} | {x['name_b']} | {x['median_a']:.2f} | "
         f"{x['median_b']:.2f} | {x['p_value']:.4f} | {verdict(x)} |"
-        for x in payload["comparisons"]
+        for x in comparisons(payload["runs"])  # paired, recomputed from the per-seed lengths
     ]
     return "\n".join(
         [
@@ -213,11 +256,13 @@ def section(payload: dict, results_dir=RESULTS_DIR) -> str:
             "|---|---|---|---|---|---|",
             *rows,
             "",
-            "Comparisons (`seed_stats.compare_seeds`, exact two-sided permutation p over the seeds):",
+            "Comparisons (`seed_stats.compare_seeds(..., paired=True)`: every setting ran the same "
+            "seeds, so the exact two-sided sign-flip test over the seeds' own differences; ten "
+            "pairs cannot go below p = 0.002):",
             "",
             "| kind | a | b | median a | median b | p | verdict |",
             "|---|---|---|---|---|---|---|",
-            *comparisons,
+            *table,
         ]
     )
 

@@ -57,11 +57,11 @@ from _common import (
     split_keys,
 )
 
-from pgrl_helpers.collapse import ENTROPY_THRESHOLD, TAIL_EPOCHS, is_collapsed
+from pgrl_helpers.collapse import ENTROPY_THRESHOLD, REWARD_MARGIN, TAIL_EPOCHS, is_collapsed
 from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.history import per_epoch
 from pgrl_helpers.recipes import RECIPES
-from pgrl_helpers.seed_stats import compare_seeds, permutation_p_value
+from pgrl_helpers.seed_stats import compare_seeds, pair_by_seed, paired_permutation_p_value
 from pgrl_helpers.training import heldout_split, run_policy_gradient
 
 NAME = "objectives"
@@ -130,8 +130,11 @@ def run(config: TrainConfig) -> dict:
         "validation_reward": final["validation_mean_reward"],
         "test_exact": final["test_exact_sort"],
         "final_entropy": last["entropy"],
-        "collapsed": is_collapsed(validation_curve, entropy, TARGET),
+        "collapsed": is_collapsed(
+            validation_curve, entropy, TARGET, training_reward=per_epoch(history, "mean_reward")
+        ),
         "entropy_epochs": list(range(1, len(entropy) + 1)),
+        "training_reward": per_epoch(history, "mean_reward"),  # [epochs], for the collapse rule
         "curve": curve,
         "validation_curve": validation_curve,
         "entropy": entropy,
@@ -261,9 +264,12 @@ def leaderboard_table(
     headers = ["objective", "lr (tuned)", f"seeds reaching {TARGET:.0%}", "responses to target (median)",
                "s to target (median)", "test exact median", "test exact worst seed",
                "test exact vs GRPO: p", "final entropy", "collapsed"]  # fmt: skip
-    grpo = [r["test_exact"] for r in results["GRPO"]]
-    p_values = {name: compare_seeds([r["test_exact"] for r in rs], grpo, name, "GRPO")["p_value"]
-                for name, rs in results.items()}  # fmt: skip
+    # every objective ran the same seeds (seed k: the same initial weights): paired by seed
+    grpo = {r["seed"]: r["test_exact"] for r in results["GRPO"]}
+    p_values = {}
+    for name, rs in results.items():
+        _, a, b = pair_by_seed({r["seed"]: r["test_exact"] for r in rs}, grpo)
+        p_values[name] = compare_seeds(a, b, name, "GRPO", paired=True)["p_value"]
 
     def fmt(x, spec):
         return "-" if x is None else format(x, spec)
@@ -313,6 +319,7 @@ def write(
                         "collapse_rule": {"function": "pgrl_helpers.collapse.is_collapsed",
                                           "entropy_below_nats": ENTROPY_THRESHOLD,
                                           "entropy_mean_of_last_epochs": TAIL_EPOCHS,
+                                          "training_reward_below": 1 - REWARD_MARGIN,
                                           "validation_exact_below": TARGET},
                         "p_values_test_exact_vs_grpo": p_values,
                         "base": fields, "objectives": OBJECTIVES, "summary": summary,
@@ -368,8 +375,11 @@ def relabel_stored(out_dir=RESULTS_DIR) -> dict:
     """Labels, splits, p-values and table of objectives.json from its stored curves, no training.
 
     The leaderboard of 2026-12-02 logged entropy at each evaluation (every 5 epochs, the
-    epoch's last optimizer step), not every epoch: ``is_collapsed`` gets those values with
-    their epochs (``entropy_epochs``) and averages the ones logged in the last 5 epochs."""
+    epoch's last optimizer step), not every epoch: for such a file ``is_collapsed`` gets those
+    values with their epochs (``entropy_epochs``) and averages the ones logged in the last 5
+    epochs. A file from ``run`` keeps its per-epoch entropy and validation curve. The training
+    reward is the per-epoch ``training_reward`` when stored, else the curve's batch reward at
+    each evaluation (``reward_epochs``)."""
     path = Path(out_dir) / f"{NAME}.json"
     payload = json.loads(path.read_text())
     every = BASE.eval_every
@@ -379,11 +389,21 @@ def relabel_stored(out_dir=RESULTS_DIR) -> dict:
             if not r["reached"]:  # one point per evaluation, at epochs every, 2 every, ...
                 assert len(points) * every == payload["max_epochs"], (name, r["seed"], len(points))
             epochs = [every * (i + 1) for i in range(len(points))]  # a stop is at an evaluation
-            r["validation_curve"] = [p[2] for p in points]
-            r["entropy"] = [p[4] for p in points]
-            r["entropy_epochs"] = epochs
+            if "entropy_epochs" not in r:  # the 2026-12-02 format: entropy at evaluations only
+                r["validation_curve"] = [p[2] for p in points]
+                r["entropy"] = [p[4] for p in points]
+                r["entropy_epochs"] = epochs
+            if "training_reward" in r:  # one value per epoch, logged with the entropy
+                reward, reward_epochs = r["training_reward"], r["entropy_epochs"]
+            else:  # the batch's mean reward at each evaluation
+                reward, reward_epochs = [p[3] for p in points], epochs
             r["collapsed"] = is_collapsed(
-                r["validation_curve"], r["entropy"], payload["target"], entropy_epochs=epochs
+                r["validation_curve"],
+                r["entropy"],
+                payload["target"],
+                training_reward=reward,
+                entropy_epochs=r["entropy_epochs"],
+                reward_epochs=reward_epochs,
             )
     results = payload["runs"]
     summary = [summarise(name, rs) for name, rs in results.items()]
@@ -408,17 +428,20 @@ def relabel_stored(out_dir=RESULTS_DIR) -> dict:
         "function": "pgrl_helpers.collapse.is_collapsed",
         "entropy_below_nats": ENTROPY_THRESHOLD,
         "entropy_mean_of_last_epochs": TAIL_EPOCHS,
+        "training_reward_below": f"{1 - REWARD_MARGIN:g} x the maximum (1), mean of the same epochs",
         "validation_exact_below": payload["target"],
         "entropy_logged": f"every {every} epochs (the epoch's last optimizer step); the rule "
-        f"averages the values logged in the last {TAIL_EPOCHS} epochs",
+        f"averages the values logged in the last {TAIL_EPOCHS} epochs (entropy and the batch's "
+        "mean reward, logged together)",
     }
     payload["relabelled_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
-    payload["caveats"] = [
-        "REINFORCE++ ran before commit ca3af5e changed REINFORCE++-baseline whitening to the "
-        "batch's masked tokens; its row is the earlier per-response whitening.",
-        "The tuning grid's lower edge (0.003) was chosen for every objective: lower rates were "
-        "not tried.",
-    ]
+    if "entropy_epochs" not in json.loads(path.read_text())["runs"]["GRPO"][0]:  # 2026-12-02 file
+        payload["caveats"] = [
+            "REINFORCE++ ran before commit ca3af5e changed REINFORCE++-baseline whitening to the "
+            "batch's masked tokens; its row is the earlier per-response whitening.",
+            "The tuning grid's lower edge (0.003) was chosen for every objective: lower rates "
+            "were not tried.",
+        ]
     path.write_text(json.dumps(payload, indent=2) + "\n")
     print(payload["table"])
     return record_all_splits(out_dir)
@@ -448,7 +471,10 @@ def section(r: dict, results_dir=RESULTS_DIR) -> str:
             continue
         for label, f in (("test exact", lambda x: x["test_exact"]), ("responses", cost)):
             diff = statistics.mean(map(f, rs)) - statistics.mean(map(f, runs["GRPO"]))
-            p = permutation_p_value([f(x) for x in rs], [f(x) for x in runs["GRPO"]])
+            _, a, g = pair_by_seed(
+                {x["seed"]: f(x) for x in rs}, {x["seed"]: f(x) for x in runs["GRPO"]}
+            )
+            p = paired_permutation_p_value(a, g)  # the same seeds: paired
             (beyond if p < 0.05 else within).append(f"{name} {label} {diff:+.3g} (p = {p:.3f})")
     cpu = sum(x["cpu_seconds"] for rs in runs.values() for x in rs)
     return "\n".join(
@@ -478,7 +504,8 @@ def section(r: dict, results_dir=RESULTS_DIR) -> str:
             '"Responses to target" counts every sampled response (DAPO\'s resampled ones included); '
             '"collapsed": `pgrl_helpers.collapse.is_collapsed`, the course\'s one rule (mean token '
             f"entropy of the last {rule['entropy_mean_of_last_epochs']} epochs below "
-            f"{rule['entropy_below_nats']} nats and final *validation* exact below the "
+            f"{rule['entropy_below_nats']} nats, training reward of those epochs below "
+            f"{1 - REWARD_MARGIN:g} of its maximum, and final *validation* exact below the "
             "target; a run that reached the target is never collapsed; the test set is never read"
             + (
                 "; this run logged entropy every 5 epochs, so the rule reads the value logged in "
@@ -495,14 +522,14 @@ def section(r: dict, results_dir=RESULTS_DIR) -> str:
             r["table"],
             "",
             f"{reached} of {n_runs} runs reached the validation target. Differences from GRPO (exact "
-            f"two-sided permutation test on the {seeds} + {seeds} seed means; a run that never "
+            f"two-sided paired sign-flip test over the {seeds} shared seeds; a run that never "
             "reached the target "
             "counts its whole budget as its responses; notebook 11 prints the same): p < 0.05: "
             f"{'; '.join(beyond) or 'none'}. Within seed noise: {'; '.join(within)}. These are "
             f"{len(beyond) + len(within)} tests: with a Bonferroni correction the threshold is "
-            f"{0.05 / (len(beyond) + len(within)):.4f}, below the smallest p that {seeds} + "
-            f"{seeds} seeds can give (2/{math.comb(2 * seeds, seeds)} = "
-            f"{2 / math.comb(2 * seeds, seeds):.4f}), so no single difference here survives it.",
+            f"{0.05 / (len(beyond) + len(within)):.4f}, below the smallest p that {seeds} "
+            f"paired seeds can give (2/2^{seeds} = {2 / 2**seeds:.4f}, itself above 0.05), so no "
+            "single difference here can pass even 0.05.",
             *(f"\n*Caveat:* {c}" for c in r.get("caveats", [])),
         ]
     )

@@ -72,7 +72,18 @@ RL_ARGS = dict(
     eval_every=20,
     eval_samples=16,
     train_regions="in",
+    # the script's setting when results/pass_at_k.json was made (it had no option then):
+    # Dr. GRPO's constant normaliser (loss_type "dr_grpo") with GRPO's group std scaling
+    scale_rewards="group",
 )
+#: The objective, in words, stored with the results.
+OBJECTIVE = (
+    'TRL loss_type "dr_grpo" (Dr. GRPO\'s constant normaliser) with scale_rewards "group" '
+    "(GRPO's division by the group's reward std, which Dr. GRPO removes), beta 0"
+)
+#: pass@k values compared before vs after RL, per region (the SFT region at every k, where
+#: the crossover of Yue et al. would show; the untrained regions at three)
+COMPARED_KS = {"in": KS, "longer": [1, 16, 256], "unseen": [1, 16, 256]}
 
 
 def score(model, tokenizer, splits, n: int, seed: int) -> dict:
@@ -101,15 +112,31 @@ def coverage(before: list[int], after: list[int]) -> dict:
 
 
 def summarize(per_seed: list[dict]) -> dict:
+    """After RL vs the checkpoint at each ``COMPARED_KS`` k, paired by seed (seed k's RL run
+    starts from seed k's checkpoint and is scored on the same prompts and sampling seed)."""
     summary = {}
     for region in REGIONS:
         summary[region] = {}
-        for k in [k for k in (1, 16, 256) if k <= per_seed[0]["n"]]:
+        for k in [k for k in COMPARED_KS[region] if k <= per_seed[0]["n"]]:
             i = KS.index(k)
             before = [s["before"][region]["pass_at_k"][i] for s in per_seed]
             after = [s["after"][region]["pass_at_k"][i] for s in per_seed]
-            summary[region][f"pass@{k}"] = compare_seeds(after, before, "after RL", "checkpoint")
+            summary[region][f"pass@{k}"] = compare_seeds(
+                after, before, "after RL", "checkpoint", paired=True
+            )
     return summary
+
+
+def recompare_stored(out_dir=RESULTS_DIR) -> dict:
+    """Recompute the comparisons of out_dir/pass_at_k.json from its per-seed curves (paired
+    by seed, every ``COMPARED_KS``) and add the objective to its recipe; runs nothing."""
+    path = Path(out_dir) / f"{NAME}.json"
+    payload = json.loads(path.read_text())
+    payload["comparisons"] = summarize(payload["per_seed"])
+    payload["recipe"].setdefault("objective", OBJECTIVE)
+    path.write_text(json.dumps(payload, indent=1) + "\n")
+    print(f"recomputed the paired comparisons in {path}")
+    return payload
 
 
 def run_seed(seed: int, n: int, steps: int, workdir: Path, config=ck.FULL) -> dict:
@@ -190,7 +217,9 @@ def section(r: dict, results_dir=RESULTS_DIR) -> str:
         f"{r['recipe']['rl']['learning_rate']:g}, RL prompts from the SFT region; validation "
         f"picks the stop), scored once on {r['recipe']['test_problems_per_region']['in']} held-out "
         f"test multisets per region with n = {n} samples each (temperature 1). Seeds {seeds}. "
-        "Medians over seeds, worst seed, exact permutation p (after vs before). "
+        "Medians over seeds, worst seed, exact sign-flip p paired by seed (after vs before; "
+        f"{len(seeds)} paired seeds cannot give p below {2 / 2 ** len(seeds):.4f}). "
+        + (r["recipe"].get("objective", "") + ". " if r["recipe"].get("objective") else "")
         + (r.get("splits") or {}).get("test_guided_choice", ""),
         "",
         "| region | k | checkpoint median (worst) | after RL median (worst) | p |",
@@ -227,13 +256,16 @@ def main(
     steps: int = RL_ARGS["max_steps"],
     workdir=WORKDIR,
     checkpoint: str = "full",
+    recompare: bool = False,
 ) -> dict:
     """Every seed (default ``SEEDS``): checkpoint, pass@k, RL, pass@k; ``jobs`` seeds at a time.
     ``n`` samples per test problem, ``steps`` RL steps, ``checkpoint`` the SFT size (full,
     quick or tiny); ``quick``: ``QUICK`` (tiny checkpoint, n 4, 2 steps), seed 0, its work
-    folder inside the temporary output folder."""
+    folder inside the temporary output folder. ``recompare``: only ``recompare_stored``."""
     import torch
 
+    if recompare:
+        return recompare_stored(out_dir)
     out_dir = output_dir(out_dir, quick)
     torch.set_num_threads(1)
     seeds = list(seeds) if seeds else ([0] if quick else list(SEEDS))
@@ -284,6 +316,7 @@ def main(
                 },
                 "test_problems_per_region": {r: len(splits[f"test_{r}"]) for r in REGIONS},
                 "selection": SELECTION,
+                "objective": OBJECTIVE,
             },
             "per_seed": per_seed,
             "comparisons": summarize(per_seed) if len(per_seed) > 1 else None,
@@ -313,6 +346,11 @@ def add_options(parser) -> None:
         choices=("full", "quick", "tiny"),
         default="full",
         help="checkpoint size (tiny: the seconds-long smoke test)",
+    )
+    parser.add_argument(
+        "--recompare",
+        action="store_true",
+        help="only recompute the stored comparisons (paired by seed) from the stored curves",
     )
 
 

@@ -181,21 +181,27 @@ def add_options(parser) -> None:
 
 def section(r: dict, results_dir=RESULTS_DIR) -> str:
     """The table, where and when each seed ran, and every comparison with
-    ``seed_stats.compare_seeds`` (medians, worst seed, exact permutation p; "within seed noise"
-    when p >= 0.05)."""
-    from pgrl_helpers.seed_stats import compare_seeds, format_comparison
+    ``seed_stats.compare_seeds`` (medians, worst seed, exact p; "within seed noise" when
+    p >= 0.05), paired seed by seed on the seeds both variants ran: seed k of every variant
+    starts from the same weights and prompts."""
+    from pgrl_helpers.seed_stats import compare_seeds, format_comparison, pair_by_seed
 
     variants, base, after = r["variants"], r["before"], r["after"]
-    drops = {  # runs that reached the target
-        n: [run["largest_drop_after_target"] for run in v["runs"]] for n, v in variants.items()
+    drops = {  # runs that reached the target, {seed: drop}
+        n: {
+            run["seed"]: run["largest_drop_after_target"]
+            for run in v["runs"]
+            if run["largest_drop_after_target"] is not None
+        }
+        for n, v in variants.items()
     }
-    drops = {n: [d for d in v if d is not None] for n, v in drops.items()}
     pairs = [(n, base) for n in variants if n != base] + [("2 inner steps per batch", after)]
-    pairs = [(a, b) for a, b in pairs if drops.get(a) and drops.get(b)]
-    comparisons = [
-        "- " + format_comparison(compare_seeds(drops[a], drops[b], a, b, higher_is_better=False))
-        for a, b in pairs
-    ]
+    pairs = [(a, b) for a, b in pairs if set(drops.get(a, ())) & set(drops.get(b, ()))]
+    comparisons = []
+    for a, b in pairs:
+        seeds, x, y = pair_by_seed(drops[a], drops[b])
+        result = compare_seeds(x, y, a, b, higher_is_better=False, paired=True)
+        comparisons.append(f"- seeds {seeds[0]}-{seeds[-1]}: " + format_comparison(result))
     machines = sorted(
         {run.get("measured_on", "unknown") for v in variants.values() for run in v["runs"]}
     )
@@ -220,9 +226,10 @@ def section(r: dict, results_dir=RESULTS_DIR) -> str:
             "",
             r["table"],
             "",
-            "Largest drop per seed compared (a smaller drop is better; exact permutation test on "
-            f"the mean; {len(pairs)} comparisons share these runs, so a Bonferroni threshold would "
-            f"be {0.05 / max(len(pairs), 1):.3f}):",
+            "Largest drop per seed compared (a smaller drop is better; exact paired sign-flip test "
+            "on the per-seed differences, over the seeds both variants ran: five pairs cannot go "
+            f"below p = 0.0625, ten below 0.002; {len(pairs)} comparisons share these runs, so a "
+            f"Bonferroni threshold would be {0.05 / max(len(pairs), 1):.3f}):",
             "",
             *comparisons,
         ]

@@ -33,8 +33,11 @@ upper edge. (2) Every (k, correction) cell and
 the mismatch cells run with the chosen setting for ``EPOCHS`` epochs, no early stopping, on
 seeds ``SEEDS``; each is scored once on the test split at the end. Every cell is a setting
 of the comparison, none is chosen by its test score: the JSON lists all of them under
-``test_scored_by``. Rankings are exact permutation tests over seeds
-(``seed_stats.compare_seeds``), with many comparisons: read them with a multiplicity caveat.
+``test_scored_by``. Every cell runs the same seeds (seed k: the same initial weights and
+prompts in every cell), so two cells are compared seed by seed: the exact paired sign-flip
+test (``seed_stats.compare_seeds(..., paired=True)``), whose smallest p over 5 seeds is
+2/2^5 = 0.0625; with many comparisons, read them with a multiplicity caveat too.
+``--recompare`` recomputes the stored comparisons from the stored per-seed scores (no run).
 
 Writes results/staleness.json and results/staleness.png.
 Run: ``python benchmarks/bench_staleness.py [--quick] [--workers 3]`` (``--quick``: 2 epochs,
@@ -211,11 +214,15 @@ def main(
     workers: int = 2,
     record_splits: bool = False,
     two_sided: bool = False,
+    recompare: bool = False,
 ) -> dict:
     """Tune the on-policy baseline, then every (k, correction) cell and the mismatch cells on
     ``seeds`` (default ``SEEDS``; ``quick``: 2 epochs, seed 0, half the tuning grid), in
     ``workers`` processes. ``two_sided``: only add the two-sided cells to out_dir/staleness.json;
-    ``record_splits``: only add the split record to a file saved before it existed."""
+    ``record_splits``: only add the split record to a file saved before it existed;
+    ``recompare``: only recompute the stored comparisons (``recompare_stored``)."""
+    if recompare:
+        return recompare_stored(out_dir)
     if two_sided:
         return add_two_sided(workers, out_dir)
     if record_splits:
@@ -267,18 +274,7 @@ def main(
     cells = list(dict.fromkeys(r["cell"] for r in runs))
     summary = {c: summarise([r for r in runs if r["cell"] == c]) for c in cells}
 
-    def compare(a: str, b: str) -> dict:
-        return compare_seeds(summary[a]["test_exact"], summary[b]["test_exact"], a, b)
-
-    comparisons = []
-    for k in STALENESS[1:]:
-        comparisons.append(compare(f"k={k}/none", "k=0/on-policy"))
-        for c in ("recompute", "tis", "mis"):
-            comparisons.append(compare(f"k={k}/{c}", f"k={k}/none"))
-    t = f"T={MISMATCH_TEMPERATURE:g}"
-    comparisons.append(compare(f"{t}/recompute", "k=0/on-policy"))
-    for c in ("none", "tis", "mis"):
-        comparisons.append(compare(f"{t}/{c}", f"{t}/recompute"))
+    comparisons = [compare(summary, a, b) for a, b in COMPARED]
 
     fig, axes = plt.subplots(1, len(CORRECTIONS), figsize=(14, 3.5), sharey=True)
     epochs_axis = runs[0]["eval_epochs"]
@@ -322,8 +318,60 @@ def main(
     )
 
 
+#: The comparisons (a, b) stored in the results, in order: does a lag cost, does a correction
+#: beat 'none', does the mismatch cost, does a correction help with it.
+COMPARED = [
+    *(
+        pair
+        for k in STALENESS[1:]
+        for pair in [
+            (f"k={k}/none", "k=0/on-policy"),
+            *((f"k={k}/{c}", f"k={k}/none") for c in ("recompute", "tis", "mis")),
+        ]
+    ),
+    (f"T={MISMATCH_TEMPERATURE:g}/recompute", "k=0/on-policy"),
+    *(
+        (f"T={MISMATCH_TEMPERATURE:g}/{c}", f"T={MISMATCH_TEMPERATURE:g}/recompute")
+        for c in ("none", "tis", "mis")
+    ),
+]
+#: Added by ``--two-sided``: two-sided vs one-sided TIS / MIS at every k > 0.
+COMPARED_TWO_SIDED = [
+    (f"k={k}/{c} two-sided", f"k={k}/{c}") for k in STALENESS[1:] for c in ("tis", "mis")
+]
+
+
+def compare(summary: dict, a: str, b: str) -> dict:
+    """Cell a vs cell b on test exact, paired by seed (every cell runs the same seeds)."""
+    seeds_a, seeds_b = summary[a].get("seeds"), summary[b].get("seeds")
+    if seeds_a != seeds_b:
+        raise ValueError(f"{a} and {b} ran different seeds: {seeds_a} vs {seeds_b}")
+    return compare_seeds(summary[a]["test_exact"], summary[b]["test_exact"], a, b, paired=True)
+
+
+def recompare_stored(out_dir=RESULTS_DIR) -> dict:
+    """Recompute the stored comparisons of out_dir/staleness.json from its per-seed test
+    scores (paired by seed), without running anything."""
+    path = Path(out_dir) / f"{NAME}.json"
+    payload = json.loads(path.read_text())
+    for cell, summary in payload["summary"].items():
+        seeds = [r["seed"] for r in payload["runs"] if r["cell"] == cell]
+        if summary.setdefault("seeds", seeds) != seeds:
+            raise ValueError(f"{cell}: its summary's seeds differ from its runs'")
+    pairs = COMPARED + (COMPARED_TWO_SIDED if "two_sided" in payload else [])
+    payload["comparisons"] = [compare(payload["summary"], a, b) for a, b in pairs]
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"recomputed {len(pairs)} paired comparisons in {path}")
+    return payload
+
+
 def add_options(parser) -> None:
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    parser.add_argument(
+        "--recompare",
+        action="store_true",
+        help="only recompute the stored comparisons (paired by seed) from the stored scores",
+    )
     parser.add_argument("--record-splits", action="store_true", help="add the split record")
     parser.add_argument(
         "--two-sided",
@@ -360,12 +408,7 @@ def add_two_sided(workers: int, out_dir=RESULTS_DIR) -> dict:
     payload["runs"] += runs
     for cell in dict.fromkeys(r["cell"] for r in runs):
         payload["summary"][cell] = summarise([r for r in runs if r["cell"] == cell])
-    for k in STALENESS[1:]:
-        for c in ("tis", "mis"):
-            a, b = f"k={k}/{c} two-sided", f"k={k}/{c}"
-            payload["comparisons"].append(
-                compare_seeds(payload["summary"][a]["test_exact"], payload["summary"][b]["test_exact"], a, b)
-            )  # fmt: skip
+    payload["comparisons"] += [compare(payload["summary"], a, b) for a, b in COMPARED_TWO_SIDED]
     payload["two_sided"] = {
         "correction_cap_low": CAP_LOW,
         "reproduced_cell": stored["cell"] + f" seed {stored['seed']}",
@@ -466,8 +509,10 @@ def section(payload: dict, results_dir=RESULTS_DIR) -> str:
                 if "two_sided" in payload
                 else []
             ),
-            "Comparisons (`seed_stats.compare_seeds`: test exact, median [worst seed], exact "
-            "two-sided permutation p over the seeds):",
+            "Comparisons (`seed_stats.compare_seeds(..., paired=True)`: test exact, median "
+            "[worst seed], exact two-sided sign-flip p over the seeds, paired by seed; "
+            f"{len(payload['seeds'])} paired seeds cannot give p below "
+            f"{2 / 2 ** len(payload['seeds']):.4f}):",
             "",
             "| a | b | a | b | p | verdict |",
             "|---|---|---|---|---|---|",

@@ -23,6 +23,9 @@ Where things live, by room:
   ipywidgets, matplotlib); ``trl_bridge``, ``trl_objectives``, ``hf_policy``, ``checkpoint``
   (extra ``trl``: transformers, trl); ``trl_config`` needs only the core
 * ``checks``: the exercise checkers of the classroom assignments
+
+``pgrl_helpers.__version__`` is the installed version (pyproject.toml's; CHANGELOG.md says
+what each version changed), so a reuse can be pinned.
 """
 
 from __future__ import annotations
@@ -88,8 +91,28 @@ _HOMES: dict[str, str] = {
 __all__ = sorted(_HOMES)
 
 
+def _version() -> str:
+    """The installed distribution's version; from a source tree that was never installed,
+    pyproject.toml's; else "unknown"."""
+    from importlib.metadata import PackageNotFoundError, version
+    from pathlib import Path
+
+    try:
+        return version("pgrl-helpers")
+    except PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        if pyproject.exists():
+            for line in pyproject.read_text(encoding="utf-8").splitlines():
+                if line.startswith("version = "):
+                    return line.split("=", 1)[1].strip().strip('"')
+        return "unknown"
+
+
 def __getattr__(name: str):
     """Import ``name`` from its home module on first use (PEP 562)."""
+    if name == "__version__":
+        globals()[name] = _version()
+        return globals()[name]
     if name not in _HOMES:
         raise AttributeError(f"module 'pgrl_helpers' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
@@ -98,4 +121,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOMES))
+    return sorted(set(globals()) | set(_HOMES) | {"__version__"})

@@ -26,6 +26,9 @@ DELTA_MODES: tuple[str, ...] = (
 #: Modes that compare a response with the rest of its group: they need G >= 2.
 GROUP_MODES: tuple[str, ...] = ("normalized_rewards", "loo_rewards")
 
+#: Modes that read ``compute_deltas``'s token ``mask`` (every other mode refuses one).
+MASK_MODES: tuple[str, ...] = ("reinforce_pp_baseline",)
+
 
 def compute_deltas(
     rewards: torch.Tensor,
@@ -66,11 +69,19 @@ def compute_deltas(
       Needs batch x trial >= 2 (and, with a mask, >= 2 masked tokens).
 
     ``mask`` is read by ``reinforce_pp_baseline`` only; it must be 0/1 [batch, trial, pos].
+    Passing one with any other mode raises (those modes weigh each response once, whatever
+    its length, so the mask would be silently ignored).
     The output keeps the rewards' floating dtype (integer rewards become float32).
 
     Taught in notebooks 00, 03, 04, 05, 06, 08, 09, 11, 13.
     """
     check_mode(mode, DELTA_MODES, "delta mode")
+    if mask is not None and mode not in MASK_MODES:
+        raise ValueError(
+            f"mask: delta mode {mode!r} does not read a mask (each response counts once, "
+            f"whatever its length); only {', '.join(map(repr, MASK_MODES))} whitens over "
+            "tokens. Pass mask=None, or apply the mask to the loss (masking.aggregate_loss)"
+        )
     check_ndim(rewards, 2, "rewards", "batch, trial")
     if not rewards.dtype.is_floating_point:
         rewards = rewards.to(torch.float32)
@@ -132,3 +143,28 @@ def _token_mask(mask: torch.Tensor, shape) -> torch.Tensor:
     if mask.dtype != torch.bool and not ((mask == 0) | (mask == 1)).all():
         raise ValueError("mask must hold only 0 and 1 (or be bool)")
     return mask != 0
+
+
+def zero_deltas_reason(mode: str, group_size: int) -> str | None:
+    """Why ``mode`` with ``group_size`` responses per prompt gives no usable delta, or None.
+
+    With G = 1 a group baseline is the response's own reward, so every delta is 0 (or
+    undefined) and the policy-gradient term never moves the policy. Found by computing the
+    deltas of a probe batch with distinct rewards (4 groups of G = 1), so a new mode is
+    covered without a list to keep. ``TrainConfig.validate()`` and the dashboard refuse it.
+    """
+    check_mode(mode, DELTA_MODES, "delta mode")
+    if group_size != 1:
+        return None
+    probe = torch.arange(1.0, 5.0).reshape(4, 1)  # 4 groups of G = 1, distinct rewards
+    try:
+        deltas = compute_deltas(probe, mode)
+    except ValueError as err:
+        return str(err)
+    if bool((deltas == 0).all()):
+        return (
+            f"num_responses (G) = 1 with deltas_mode {mode!r}: each group's baseline is its "
+            "only response, so every delta is 0 and no update would happen. Pick "
+            "num_responses (G) >= 2, or deltas_mode 'rewards'"
+        )
+    return None

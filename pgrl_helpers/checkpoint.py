@@ -353,32 +353,62 @@ def _cache(out):
     return cache
 
 
+def model_device(model) -> torch.device:
+    """The device of the model's first parameter, where its inputs must go (CPU without any)."""
+    first = next(model.parameters(), None)
+    return torch.device("cpu") if first is None else first.device
+
+
+def completion_answer(tokenizer, seq: list[int]) -> list[int] | None:
+    """The digits a completion names (``parse_answer``), or None if it did not end its turn.
+
+    ``seq`` is one completion's token ids, cut after its EOS. The text is
+    ``tokenizer.decode(..., skip_special_tokens=True)``, as TRL decodes completions for the
+    reward functions: right for the word-level tokenizer here and for the byte-level BPE of
+    GPT-2 / Qwen / Llama-3, whose tokens carry a space marker (``Ġ2``) that joining
+    ``convert_ids_to_tokens`` with spaces would keep.
+    """
+    if not seq or seq[-1] != tokenizer.eos_token_id:
+        return None
+    return parse_answer(tokenizer.decode(seq[:-1], skip_special_tokens=True))
+
+
 @torch.no_grad()
 def sample_completions(
     model, tokenizer, numbers, n: int, generator, temperature: float = 1.0, max_new_tokens: int = 8
 ) -> dict:
     """``n`` completions of one prompt by plain sampling at ``temperature`` (no top-k/top-p)
     with the model's KV cache. Returns 'tokens' (list of n id lists, each cut after its EOS),
-    'length' (mean tokens per completion) and 'entropy' (mean per-token entropy in nats)."""
+    'length' (mean tokens per completion) and 'entropy' (mean per-token entropy in nats).
+
+    Every tensor lives on the model's device (``model_device``); the draws run on
+    ``generator``'s device (the probabilities are moved there), so a CUDA model works with a
+    CPU or a CUDA generator. Finished rows are padded with ``pad_token_id``, or with EOS when
+    the tokenizer has no pad token (Llama-3 style)."""
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an integer >= 1, got {n!r}")
     if not (isinstance(temperature, (int, float)) and temperature > 0):
         raise ValueError(f"temperature must be > 0, got {temperature!r}")
     eos = tokenizer.eos_token_id
-    ids = torch.tensor([prompt_ids(tokenizer, numbers)] * n)
+    if eos is None:
+        raise ValueError("the tokenizer has no eos_token_id: a completion could never end")
+    pad = eos if tokenizer.pad_token_id is None else tokenizer.pad_token_id
+    device = model_device(model)
+    ids = torch.tensor([prompt_ids(tokenizer, numbers)] * n, device=device)
     out = model(input_ids=ids, use_cache=True)
     past, logits = _cache(out), out.logits[:, -1]
-    done = torch.zeros(n, dtype=torch.bool)
+    done = torch.zeros(n, dtype=torch.bool, device=device)
     tokens = []
-    length = torch.zeros(n)
+    length = torch.zeros(n, device=device)
     ent_sum, ent_count = 0.0, 0
     for _ in range(max_new_tokens):
         logp = torch.log_softmax(logits.float() / temperature, dim=-1)
         ent = -(logp.exp() * logp).sum(-1)
         ent_sum += float(ent[~done].sum())
         ent_count += int((~done).sum())
-        nxt = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(1)
-        nxt = torch.where(done, torch.full_like(nxt, tokenizer.pad_token_id), nxt)
+        probs = logp.exp().to(generator.device)
+        nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1).to(device)
+        nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
         tokens.append(nxt)
         length += (~done).float()
         done = done | (nxt == eos)
@@ -408,22 +438,17 @@ def count_correct(
     mean per-token entropy (nats) of the sampler.
 
     A completion is correct when it ends its turn (EOS) within ``max_new_tokens`` and names
-    exactly the sorted list."""
+    exactly the sorted list (``completion_answer``). The draws use a generator seeded with
+    ``seed`` on the model's device."""
     rng = random.Random(seed)
-    gen = torch.Generator().manual_seed(seed)
-    eos = tokenizer.eos_token_id
+    gen = torch.Generator(device=model_device(model)).manual_seed(seed)
     counts, lengths, entropies = [], [], []
     model.eval()
     for multiset in multisets:
         numbers = order(multiset, rng)
         r = sample_completions(model, tokenizer, numbers, n, gen, temperature, max_new_tokens)
         target = list(key(numbers))
-        c = 0
-        for seq in r["tokens"]:
-            if seq and seq[-1] == eos:
-                words = tokenizer.convert_ids_to_tokens(seq[:-1])
-                c += parse_answer(" ".join(words)) == target
-        counts.append(c)
+        counts.append(sum(completion_answer(tokenizer, seq) == target for seq in r["tokens"]))
         lengths.append(r["length"])
         entropies.append(r["entropy"])
     if not counts:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 from ._validate import check_choice, check_number
-from .advantages import DELTA_MODES, GROUP_MODES
+from .advantages import DELTA_MODES, GROUP_MODES, zero_deltas_reason
 from .autoregressive import check_autoregressive_fields
 from .covariance import check_clip_cov_fields
 from .dedup_task import DEDUP_REWARD_FNS
@@ -57,9 +57,9 @@ class TrainConfig:
     deltas_mode: str = "centered_rewards"
     """How rewards become deltas: one of ``advantages.DELTA_MODES``."""
     loss_mode: str = "naive"
-    """Policy loss: one of ``losses.LOSS_MODES`` (naive ... clipped, dual_clip, cispo, sapo)."""
+    """Policy loss: one of ``losses.LOSS_MODES`` (naive ... dual_clip, cispo, sapo, kl_cov)."""
     epsilon: float = 0.2
-    """Clip range: lower edge 1 - epsilon of the 'clipped' loss (any > 0; >= 1: no lower clip)."""
+    """Lower clip edge 1 - epsilon of 'clipped', 'dual_clip' and 'cispo' (>= 1: no lower clip)."""
     kl_coef: float = 0.0
     """Coefficient beta of the KL(policy || reference) term; 0 turns the reference off."""
     entropy_coef: float = 0.0
@@ -99,11 +99,11 @@ class TrainConfig:
     model: str = "lecture"
     """Policy: 'lecture' (LectureModel), 'transformer' (SortTransformer) or 'autoregressive'."""
     embedding_dim: int = 10
-    """Embedding size of LectureModel, or d_model of SortTransformer."""
+    """Embedding size of LectureModel; d_model of the transformer policies and of the critic."""
     num_layers: int = 2
-    """SortTransformer only: number of transformer blocks."""
+    """Transformer blocks of SortTransformer, the autoregressive policy and the critic."""
     num_heads: int = 4
-    """SortTransformer only: attention heads (must divide embedding_dim)."""
+    """Attention heads of the transformers and the critic (must divide embedding_dim)."""
     learning_rate: float = 1e-3
     """Adam learning rate."""
     seed: int = 0
@@ -196,7 +196,7 @@ class TrainConfig:
     # --- Remedies practitioners reach for, each off by default ---------------------------
     # The defaults leave every run as it was. Entropy: Clip-Cov and the high-entropy-token
     # mask act on the per-token policy loss (``registry.apply_token_remedies``); KL: the
-    # adaptive controller sets beta each step (``kl.AdaptiveKLController``); off-policy:
+    # adaptive controller sets beta once per epoch (``kl.AdaptiveKLController``); off-policy:
     # ``correction_cap_low`` above.
     clip_cov_ratio: float = 0.0
     """Clip-Cov (arXiv 2505.22617): fraction of real tokens detached from the loss (0: off)."""
@@ -209,7 +209,7 @@ class TrainConfig:
     kl_target: float | None = None
     """Adaptive KL (Ziegler et al. 2019): target KL per response; None keeps beta fixed."""
     kl_horizon: int = 10000
-    """Adaptive KL: horizon H, beta changes by a factor 1 + e_t x responses / H per step."""
+    """Adaptive KL: horizon H; once per epoch beta changes by a factor 1 + e_t x responses / H."""
 
     @classmethod
     def preset(cls, name: str, **overrides) -> TrainConfig:
@@ -266,7 +266,8 @@ class TrainConfig:
         check_choice(self.rollout_source, ROLLOUT_SOURCES, "rollout_source")
 
     def _validate_lecture_run(self) -> None:
-        """deltas_mode, the loop's sizes, the entropy bonus; a group baseline needs G >= 2."""
+        """deltas_mode, the loop's sizes, the entropy bonus; a group baseline needs G >= 2
+        (with G = 1 it is the response's own reward: every delta 0, nothing trains)."""
         check_choice(self.deltas_mode, DELTA_MODES, "deltas_mode")
         for name in ("num_epochs", "num_steps_per_epoch", "num_responses"):
             check_number(getattr(self, name), name, 1, low_inclusive=True, integer=True)
@@ -280,6 +281,10 @@ class TrainConfig:
                 f"deltas_mode {self.deltas_mode!r} compares responses within a group and "
                 f"needs num_responses (G) >= 2, got {self.num_responses}"
             )
+        if self.advantage_estimator == "group":  # G = 1: every centred delta is 0
+            reason = zero_deltas_reason(self.deltas_mode, self.num_responses)
+            if reason is not None:
+                raise ValueError(reason)
 
     def _validate_task(self) -> None:
         """Prompts and their source, the task / model pairing, the tool task, reward_fn."""

@@ -104,6 +104,16 @@ LENGTH_DRIFT_REL = 0.5
 LENGTH_LEARNING_GAIN = 0.2
 #: Exploding gradient: max grad_norm >= GRAD_SPIKE_REL x median grad_norm (>= 10 steps).
 GRAD_SPIKE_REL = 20.0
+#: Held at the reference (a KL penalty too strong): the KL term is logged on at least
+#: HELD_KL_LOGGED of the steps, the gradient is not zero, late entropy is still at least
+#: HELD_ENTROPY_REL x the first epoch's, late KL is at most HELD_KL_PER_TOKEN nats per token,
+#: and held-out exact-sort never reached PLATEAU_GOAL. Chosen on tuning seeds 0-3 of
+#: benchmarks/bench_detectors.py and the capstone's runs: with beta 1 or 5 the late entropy
+#: stayed at 0.99-1.02 of its start and the late KL at 0.0002-0.003 nats per token; with
+#: beta 0.1, or none, entropy fell to 0.27-0.64 of its start and the KL rose to 0.23-0.27.
+HELD_KL_LOGGED = 0.9
+HELD_ENTROPY_REL = 0.9
+HELD_KL_PER_TOKEN = 0.02
 
 #: The step metrics diagnose reads (kl may be None when the KL term is off, clip_fraction
 #: when the loss never clips).
@@ -306,7 +316,7 @@ def diagnose(history, reward_max: float | None = None) -> list[Finding]:
     }
     findings = []
     for rule in (_zero_gradient, _tied_fraction, _reward_hacking, _entropy_collapse,
-                 _kl_blowup, _clip, _length_drift, _grad_spike, _plateau,
+                 _kl_blowup, _held_at_reference, _clip, _length_drift, _grad_spike, _plateau,
                  _loss_near_zero):  # fmt: skip
         findings += rule(ctx)
     return findings
@@ -452,6 +462,45 @@ def _kl_blowup(ctx) -> list[Finding]:
     kl = [statistics.fmean(sums[e]) for e in epochs]
     detail = f"late KL {late:.3g} nats per token > {KL_PER_TOKEN_MAX} nats per token"
     return [_finding("kl_blowup", detail, _ev("kl per token (nats)", epochs, kl))]
+
+
+def _held_at_reference(ctx) -> list[Finding]:
+    """Gradients flow and the KL term is on, yet the policy never leaves its reference:
+    entropy stays at its start, the KL stays near 0, the goal is not reached."""
+    steps = ctx["steps"]
+    logged = [r for r in steps if r["kl"] is not None and r["response_length"] > 0]
+    if len(logged) < HELD_KL_LOGGED * len(steps) or ctx.get("zero_gradient"):
+        return []
+    epochs, entropy = _per_epoch(steps, "entropy")
+    late_entropy = _early_late(entropy)[1]
+    if entropy[0] <= 0 or late_entropy < HELD_ENTROPY_REL * entropy[0]:
+        return []
+    kl_epochs, kl = _per_epoch([{**r, "kl": r["kl"] / r["response_length"]} for r in logged], "kl")
+    late_kl = _early_late(kl)[1]
+    if late_kl > HELD_KL_PER_TOKEN:
+        return []
+    exact = ctx["exact"]
+    if exact is not None:
+        if exact["best"] >= PLATEAU_GOAL:
+            return []
+        goal = f"held-out exact-sort at most {exact['best']:.1%}"
+    elif ctx["reward_moves"]:
+        return []
+    else:
+        goal = "the reward barely moves"
+    detail = (
+        f"entropy {entropy[0]:.3g} -> {late_entropy:.3g} nats (late mean, "
+        f"{late_entropy / entropy[0]:.0%} of its start) with the KL to the reference at "
+        f"{late_kl:.2g} nats per token (late mean) and non-zero gradients, while {goal}"
+    )
+    return [
+        _finding(
+            "held_at_reference",
+            detail,
+            _ev("entropy", epochs, entropy),
+            _ev("kl per token (nats)", kl_epochs, kl),
+        )
+    ]
 
 
 def _clip(ctx) -> list[Finding]:

@@ -31,9 +31,13 @@ METRICS: dict[str, str] = {
     "frac_reward_zero_std": "fraction of prompt groups whose G rewards all tie (zero "
     "centred deltas: no gradient from that prompt); TRL's name",
     "entropy": "mean entropy (nats) of the policy over output positions of the epoch's prompts",
-    "ratio_mean": "mean per-token ratio pi / pi_old against the policy that sampled the batch",
+    "ratio_mean": "mean per-token ratio pi / pi_old over real tokens; pi_old is the policy that "
+    "sampled the batch, except for the 'stale' source with off_policy_correction 'recompute', "
+    "'tis' or 'mis', where it is the trainer's policy when the batch arrived",
     "grad_norm": "L2 norm of the gradient of the loss over all parameters",
-    "response_length": "mean tokens per sampled response, EOS included (fixed: prompt_length)",
+    "response_length": "mean real tokens (mask 1, EOS included) per sampled response: "
+    "prompt_length for the fixed-length sort; for 'tool_compare' the policy's own 3 of its 6 "
+    "slots (5 with mask_tool_tokens False, the planted bug)",
     "responses_sampled": "number of responses sampled so far (epochs x prompts x G)",
     "validation_exact_sort": "fraction of VALIDATION prompts (held-out keys) answered exactly, "
     "greedy; the only number the stopping rule reads",
@@ -45,8 +49,8 @@ METRICS: dict[str, str] = {
     "ess_fraction": "'stale' source: Kong's effective sample size of the weights pi_train / "
     "pi_sampler (tokens or sequences, by correction_level) over their count, in (0, 1]",
     "is_weight_max": "'stale' source: largest importance weight pi_train / pi_sampler",
-    "is_cut_fraction": "'stale' source: fraction of weights above correction_cap (TIS "
-    "truncates them, MIS drops them)",
+    "is_cut_fraction": "'stale' source: fraction of weights above correction_cap or, when "
+    "correction_cap_low is set, below it (TIS truncates them, MIS drops them)",
     "dynamic_sampling_draws": "dynamic sampling with dynamic_sampling_max_draws > 0: extra "
     "batches drawn this epoch to refill the non-tied groups",
     "dynamic_sampling_fill": "dynamic sampling with dynamic_sampling_max_draws > 0: non-tied "
@@ -101,6 +105,16 @@ EVAL_KEYS = (
 )
 
 
+#: Why a run ended (``History.stop_reason``): all ``num_epochs`` done; validation reached
+#: ``target_validation_exact_sort`` (and ``epochs_after_target`` more epochs ran); the
+#: callback returned True or "stop".
+STOP_REASONS = ("max_epochs", "target", "callback")
+
+#: The metrics ``History.__repr__`` shows of the last step and the last evaluation.
+REPR_STEP_KEYS = ("epoch", "mean_reward", "loss", "grad_norm")
+REPR_EVAL_KEYS = ("epoch", "validation_exact_sort", "test_exact_sort")
+
+
 class History(list):
     """The run's records (a plain list of dicts) plus what a caller may want to inspect.
 
@@ -111,9 +125,11 @@ class History(list):
     ``heldout_keys`` int64[2n] (the task's keys of both sets), ``train_prompts`` (the
     lecture prompts, or the last random batch), ``num_train_prompts`` (prompts trained on,
     all epochs), ``train_prompts_with_heldout_key`` (how many of those had a held-out key:
-    0 by construction, counted so anyone can verify it), ``stop_reason`` (None, 'callback'
-    or 'target'), ``target_epoch`` (epochs done when validation first reached the target,
-    or None), ``advantage_estimator`` (the run's estimator object).
+    0 by construction, counted so anyone can verify it), ``stop_reason`` (why the run
+    ended: one of ``STOP_REASONS``, None while it runs), ``target_epoch`` (epochs done when
+    validation first reached the target, or None), ``advantage_estimator`` (the run's
+    estimator object). Its repr is a summary (record counts, stop reason, the last step's
+    and the last evaluation's main metrics), not every record: ``list(history)`` has those.
     """
 
     def __init__(self, config):
@@ -134,6 +150,22 @@ class History(list):
         #: the run's advantage estimator object (``registry.build_estimator``); for
         #: 'gae' it holds the critic (``.critic``) and its per-epoch ``.value_losses``
         self.advantage_estimator = None
+
+    def __repr__(self) -> str:
+        """'History(12 records: 10 steps, 2 evals; stop_reason='max_epochs'; last step ...)'."""
+        steps, evals = self.steps(), self.evals()
+        parts = [
+            f"{len(self)} records: {len(steps)} steps, {len(evals)} evals",
+            f"stop_reason={self.stop_reason!r}",
+        ]
+        for name, records, keys in (
+            ("step", steps, REPR_STEP_KEYS),
+            ("eval", evals, REPR_EVAL_KEYS),
+        ):
+            if records:
+                shown = ", ".join(f"{k}={_short(records[-1].get(k))}" for k in keys)
+                parts.append(f"last {name}: {shown}")
+        return f"History({'; '.join(parts)})"
 
     def record_training_prompts(self, prompts: torch.Tensor, keys: torch.Tensor) -> None:
         """Keep the epoch's prompts int[batch, prompt_pos]; count those whose key is held out."""
@@ -160,6 +192,11 @@ class History(list):
             return None
         after = [r[key] for r in self.evals() if r["epoch"] >= self.target_epoch]
         return max(after[0] - value for value in after)
+
+
+def _short(value) -> str:
+    """A metric for ``History.__repr__``: floats to 4 significant digits."""
+    return f"{value:.4g}" if isinstance(value, float) else repr(value)
 
 
 def history_columns(history: list[dict], kind: str = "step") -> dict[str, list]:

@@ -230,7 +230,7 @@ class FixedKLController:
         """Nothing to adapt; returns beta."""
         return self.value
 
-    def penalty(self, kl: torch.Tensor, n_steps: int) -> torch.Tensor:
+    def penalty(self, kl: torch.Tensor) -> torch.Tensor:
         """This step's KL term, beta x kl (beta never changes)."""
         return self.value * kl
 
@@ -244,6 +244,13 @@ class AdaptiveKLController:
     KL(pi || pi_ref) per response. beta grows while the policy is further from the
     reference than the target and shrinks while it is closer; the clip bounds each update to
     a factor 1 +- 0.2 K_beta.
+
+    Schedule, as in lm-human-preferences (``train_policy.py``, ``PPOTrainer.step``: one
+    ``kl_ctl.update(mean KL of the rollouts, batch_size)`` per rollout batch, after its PPO
+    epochs): the loop calls ``update`` once per epoch, after the epoch's optimizer steps, with
+    KL_t = the KL of its first step (the policy that sampled the batch, on-policy) and
+    n_steps = the batch's responses; every step of the epoch is penalised with the same
+    beta_t (``penalty``).
     """
 
     def __init__(self, init_kl_coef: float, target: float, horizon: int):
@@ -258,11 +265,9 @@ class AdaptiveKLController:
         self.target = float(target)
         self.horizon = horizon
 
-    def penalty(self, kl: torch.Tensor, n_steps: int) -> torch.Tensor:
-        """This step's KL term, beta_t x kl; then beta_{t+1} from this kl (``update``)."""
-        term = self.value * kl
-        self.update(kl.item(), n_steps)
-        return term
+    def penalty(self, kl: torch.Tensor) -> torch.Tensor:
+        """This step's KL term, beta_t x kl (beta changes only in ``update``)."""
+        return self.value * kl
 
     def update(self, current_kl: float, n_steps: int) -> float:
         """One controller step from the measured KL; returns the new beta."""

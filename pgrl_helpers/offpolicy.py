@@ -8,6 +8,7 @@ its own numerics, so its log-probs differ from the trainer's even at the same we
 * **staleness** ``k = TrainConfig.staleness`` counts *epochs* (policy versions, one
   version per weight sync, AReaL's eta): the batch of epoch e is sampled with the
   weights the trainer had at the start of epoch max(0, e - k). k = 0 is on-policy.
+  Every batch of an epoch counts as that epoch's, the refills of dynamic sampling too.
 * **mismatch**: the sampler's logits are divided by ``sampler_temperature`` and/or
   rounded to ``sampler_dtype`` ('bfloat16') before the softmax; the loss never sees
   either, as with an engine whose sampling settings or precision differ from training.
@@ -139,6 +140,15 @@ def weight_units(weights: torch.Tensor, mask: torch.Tensor, level: str) -> torch
     return weights[mask > 0]
 
 
+def cut_fraction(units: torch.Tensor, cap: float, cap_low: float | None = None) -> float:
+    """Fraction of raw weights ``units`` (1-D) outside [cap_low, cap]: those TIS clamps and MIS
+    drops. A weight equal to a bound is kept; ``cap_low`` None: one-sided (only w > cap)."""
+    cut = units > cap
+    if cap_low is not None:
+        cut = cut | (units < cap_low)
+    return cut.float().mean().item()
+
+
 def check_off_policy_fields(config) -> None:
     """Raise ValueError naming the first bad off-policy field of a ``TrainConfig``."""
     k, t = config.staleness, config.sampler_temperature
@@ -196,11 +206,15 @@ def mismatched_sampler(policy, temperature: float = 1.0, dtype: str = "float32")
 class StaleSource:
     """Rollout source ``"stale"``: a lagging, possibly mismatched copy of the policy samples.
 
-    ``sample`` stores the trainer's current weights as a new version and samples with the
-    version ``staleness`` epochs old (or the oldest kept, early on). ``old_log_probs``
-    computes the sampler's and the trainer's log-probs, sets ``rollout.loss_weights``
-    and ``rollout.metrics`` (``ess_fraction``, ``is_weight_max``, ``is_cut_fraction``)
-    and returns the old log-probs chosen by ``off_policy_correction`` (module docstring).
+    The first ``sample`` of an epoch (the first call after an optimizer step, or the very
+    first) stores the trainer's current weights as a new version; every ``sample`` draws with
+    the version ``staleness`` epochs old (or the oldest kept, early on). A refill within the
+    epoch (dynamic sampling's ``Resampler``) stores nothing, so it uses the epoch's sampler
+    and the lag stays ``staleness`` epochs. ``old_log_probs`` computes the sampler's and the
+    trainer's log-probs, sets ``rollout.loss_weights``, adds ``ess_fraction``,
+    ``is_weight_max`` and ``is_cut_fraction`` to ``rollout.metrics`` (keeping what a batch
+    filter put there) and returns the old log-probs chosen by ``off_policy_correction``
+    (module docstring).
     """
 
     def __init__(self, policy, config):
@@ -208,11 +222,14 @@ class StaleSource:
         self.config = config
         self.sampler = mismatched_sampler(policy, config.sampler_temperature, config.sampler_dtype)
         self.versions: deque = deque(maxlen=config.staleness + 1)
+        self.trainer_moved = True  # True: the next sample starts an epoch (a new version)
 
     def sample(self, prompts, num_samples, generator):
-        state = {name: t.detach().clone() for name, t in self.policy.state_dict().items()}
-        self.versions.append(state)
-        self.sampler.load_state_dict(self.versions[0])
+        if self.trainer_moved:
+            state = {name: t.detach().clone() for name, t in self.policy.state_dict().items()}
+            self.versions.append(state)
+            self.sampler.load_state_dict(self.versions[0])
+            self.trainer_moved = False
         return self.sampler.sample(prompts, num_samples, generator)
 
     def old_log_probs(self, rollout) -> torch.Tensor:
@@ -221,13 +238,13 @@ class StaleSource:
         proximal = self.policy.log_probs(rollout.prompts, rollout.responses)
         raw = importance_weights(proximal, behaviour, rollout.mask, config.correction_level)
         units = weight_units(raw, rollout.mask, config.correction_level)
-        rollout.metrics = {
-            "ess_fraction": effective_sample_size(units) / units.numel(),
-            "is_weight_max": units.max().item(),
-            "is_cut_fraction": (units > config.correction_cap).float().mean().item(),
-        }
+        low = getattr(config, "correction_cap_low", None)
+        rollout.metrics.update(
+            ess_fraction=effective_sample_size(units) / units.numel(),
+            is_weight_max=units.max().item(),
+            is_cut_fraction=cut_fraction(units, config.correction_cap, low),
+        )
         if config.off_policy_correction in ("tis", "mis"):
-            low = getattr(config, "correction_cap_low", None)
             weights = corrected_weights(
                 raw, config.off_policy_correction, config.correction_cap, low
             )
@@ -237,4 +254,5 @@ class StaleSource:
         return proximal
 
     def after_optimizer_step(self) -> None:
-        pass
+        """The trainer's weights changed: the next ``sample`` begins a new epoch's version."""
+        self.trainer_moved = True

@@ -13,7 +13,8 @@ Two of the loop's extension points live here:
 A rollout source is a class built as ``Source(policy, config)`` with two methods,
 ``sample(prompts, num_samples, generator) -> (responses, mask)`` and
 ``old_log_probs(rollout) -> float[batch, trial, pos]`` (called under ``torch.no_grad``),
-and an ``after_optimizer_step()`` hook (a stale source uses it to track the trainer).
+and an ``after_optimizer_step()`` hook (a stale source uses it to know that the next
+``sample`` starts a new epoch, so that refills within an epoch share its sampler).
 A batch filter is a function ``(rollout, config) -> Rollout``; a filter that needs more
 groups than were sampled (dynamic sampling with ``dynamic_sampling_max_draws``) calls
 ``rollout.resample(n)``, a ``Resampler`` the loop attaches: n fresh prompts drawn, sampled
@@ -47,8 +48,9 @@ class Rollout:
       (None when the KL term is off)
     * ``loss_weights`` float[batch, trial, pos] or None: per-token weights an off-policy
       correction (TIS / MIS, ``offpolicy``) multiplies into the per-token loss; None = 1
-    * ``token_entropy`` float[batch, trial, pos] or None: the sampling policy's entropy per
-      slot, stored by the loop only for ``TrainConfig.top_entropy_quantile`` < 1
+    * ``token_entropy`` float[batch, trial, pos] or None: the trained policy's entropy per
+      slot before the epoch's optimizer steps (the sampler's too, except under the 'stale'
+      source), stored by the loop only for ``TrainConfig.top_entropy_quantile`` < 1
     * ``metrics`` dict: extra step metrics the rollout source or filter reports (e.g. ESS)
     * ``resample`` a ``Resampler`` or None: draws more groups for a batch filter
 

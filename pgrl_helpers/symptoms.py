@@ -68,6 +68,16 @@ CATALOGUE: dict[str, tuple[str, str, str, str]] = {
         "larger beta, lower learning_rate, refresh the reference (compute_ref_model_period)",
         "kl / TRL kl",
     ),
+    "held_at_reference": (
+        "the policy stays at its reference: gradients flow and the KL term is on, but the KL "
+        "stays near 0 and entropy barely leaves its start while the goal is not reached",
+        "kl_coef (beta) too strong: the KL penalty pulls every update back to the reference "
+        "(a reference refreshed every few epochs moves too little to help); less often, a "
+        "learning rate too small to leave the reference at all",
+        "lower kl_coef (DeepSeekMath's GRPO used 0.04; DAPO and Dr. GRPO drop the term, 0), "
+        "or refresh the reference more often; then watch entropy fall and held-out rise",
+        "kl, entropy / TRL kl, entropy",
+    ),
     "clip_high": (
         "clip fraction above 0.3 (CLIP_HIGH): many tokens' gradients are cut off",
         "epsilon too small (the lecture's 0.01), learning rate too high or too many steps "
@@ -206,6 +216,7 @@ def planted_run(name: str, seed: int = 0):
             R(h, kl_coef=0.01, compute_ref_model_period=1000),
             R(h, kl_coef=0.1, compute_ref_model_period=1000),
         ),
+        "held_at_reference": (R(h, kl_coef=1.0), R(h, kl_coef=0.1)),
         "clip_high": (R(h, epsilon=0.01), h),
         "clip_zero": (R(h, learning_rate=1e-4), h),
         "length_drift": (_length_probe(seed, "sequence_mean"), _length_probe(seed, "token_mean")),
@@ -226,6 +237,7 @@ PLANTED: dict[str, str] = {
     "reward_hacking": "the lecture's inclusion+ordering reward (a loophole), 40 epochs",
     "entropy_collapse": "learning rate 1e-1 (30x the healthy 3e-3): a blow-up, not a drift",
     "kl_blowup": "beta 0.01 with a reference never refreshed",
+    "held_at_reference": "beta 1.0 (fix: 0.1), the reference refreshed every 10 epochs",
     "clip_high": "epsilon 0.01 (the lecture's hard-coded value)",
     "clip_zero": "learning rate 1e-4 (30x too small)",
     "length_drift": "autoregressive policy, penalty-only reward, per-sequence loss mean",

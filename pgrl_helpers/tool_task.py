@@ -9,7 +9,7 @@ keep such a loss mask; ``gae.compute_gae`` skips the holes as verl's
 ``compute_gae_advantage_return`` does.
 
 The task (``task="tool_compare"`` in ``TrainConfig``, with ``model="autoregressive"``):
-the prompt names two items ``[a, b]`` (ids 0 .. vocab_size - 1). Every episode the
+the prompt names two items ``[a, b]`` (ids 0 .. vocab_size - 1). Every sampled episode the
 environment draws fresh hidden prices for the items (a random order of all ids); the
 question is "which of a, b is more expensive?". Only the tool knows the prices, so without
 it the best a policy can do is guess one of the two (reward 1/2 on average). One episode
@@ -30,23 +30,32 @@ Reward (on the final answer only): 1 if slot 4 equals slot 5, else 0. A policy t
 ``compare a b`` (either order) and copies slot 2 is always right, also on pairs it never
 trained on; a call with other operands makes the tool's reply useless.
 
+Evaluation prices (``keyed_prices``): greedy evaluation must score a *prompt*, not a
+position in a batch, so its hidden prices are a function of the prompt's key {a, b} and a
+seed only (``price_seed`` of ``run_tool_episodes``; ``greedy`` uses ``GREEDY_PRICE_SEED``).
+Sampled training episodes draw fresh prices from the sampler's generator.
+
 ``ToolUsePolicy`` is ``AutoregressiveSortPolicy`` whose ``sample`` and ``greedy`` run the
 episode with the tool in the loop (teacher-forced ``log_probs`` and ``token_entropy`` are
 inherited: they read the tool's tokens as context). Its mask is 1 on slots 0, 1, 4 and 0
 on the environment's slots 2, 3, 5; ``mask_tool_tokens=False`` plants the bug of leaving the tool's
-tokens in the mask (the loss then pushes the policy's probability of tokens it never
-chose, up or down with the episode's advantage, and GAE treats them as actions).
+reply (slots 2, 3) in the mask (the loss then pushes the policy's probability of tokens it never
+chose, up or down with the episode's advantage, and GAE treats them as actions). The grader's
+slot 5 stays out of the mask either way: it is the scorer's record, not a token of the
+conversation, and leaving it in would also train the policy on the right answer.
 
 Taught in notebook 15.
 """
 
 from __future__ import annotations
 
+import hashlib
+
 import torch
 import torch.nn.functional as F
 from einops import rearrange, repeat
 
-from ._validate import check_bool, check_positive_ints, check_prompts
+from ._validate import check_bool, check_number, check_positive_ints, check_prompts
 from .autoregressive import AutoregressiveSortPolicy, _with_separator
 from .task import PromptTask
 
@@ -65,6 +74,41 @@ GREEDY_PRICE_SEED = 0
 def hidden_prices(n: int, num_items: int, generator: torch.Generator | None) -> torch.Tensor:
     """int64[n, num_items]: one random price order per episode (a permutation of 0 .. V-1)."""
     return torch.rand(n, num_items, generator=generator).argsort(dim=-1)
+
+
+def price_key_seed(seed: int, a: int, b: int) -> int:
+    """The generator seed of the prompt {a, b}'s evaluation prices: a hash of (seed, min, max).
+
+    The same set gets the same seed in either order; another set or another ``seed`` gets
+    an unrelated one (the first 63 bits of BLAKE2b).
+    """
+    low, high = sorted((int(a), int(b)))
+    digest = hashlib.blake2b(f"{seed}:{low}:{high}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def keyed_prices(prompts: torch.Tensor, num_draws: int, num_items: int, seed: int) -> torch.Tensor:
+    """int64[batch * num_draws, num_items]: evaluation prices, a function of each prompt's key.
+
+    Row ``i * num_draws + j`` (the ``(batch draw)`` order of ``run_tool_episodes``) is draw j
+    of prompt i: the j-th permutation drawn by a generator seeded with
+    ``price_key_seed(seed, a, b)``. So a prompt gets the same prices wherever it sits in a
+    batch and whatever else the batch holds, ``[a, b]`` and ``[b, a]`` get the same ones, and
+    its first j draws do not depend on ``num_draws``. prompts int[batch, 2].
+    """
+    check_prompts(prompts, num_items, PROMPT_LENGTH)
+    check_positive_ints(num_draws=num_draws)
+    check_number(seed, "seed", 0, low_inclusive=True, integer=True)
+    cache: dict[tuple[int, int], torch.Tensor] = {}
+    rows = []
+    for a, b in prompts.tolist():
+        key = (min(a, b), max(a, b))
+        if key not in cache:
+            generator = torch.Generator().manual_seed(price_key_seed(seed, a, b))
+            draws = [hidden_prices(1, num_items, generator) for _ in range(num_draws)]
+            cache[key] = torch.cat(draws)
+        rows.append(cache[key])
+    return torch.cat(rows) if rows else torch.zeros(0, num_items, dtype=torch.long)
 
 
 def compare_tool(x: torch.Tensor, y: torch.Tensor, prices: torch.Tensor, eos_token: int):
@@ -88,13 +132,16 @@ def compare_tool(x: torch.Tensor, y: torch.Tensor, prices: torch.Tensor, eos_tok
 def tool_mask(shape: tuple[int, int], mask_tool_tokens: bool = True) -> torch.Tensor:
     """float32[batch, trial, RESPONSE_LENGTH]: 1 on the policy's slots, 0 on the environment's.
 
-    ``mask_tool_tokens=False`` (the planted bug) gives all ones.
+    ``mask_tool_tokens=False`` (the planted bug) also puts the tool's reply (``TOOL_SLOTS``) in
+    the mask; the grader's slot stays 0 (it is no token of the conversation, and in the loss it
+    would train the policy on the right answer).
 
     Taught in notebook 15.
     """
     mask = torch.ones(*shape, RESPONSE_LENGTH)
+    mask[..., GRADER_SLOT] = 0
     if mask_tool_tokens:
-        mask[..., list(ENVIRONMENT_SLOTS)] = 0
+        mask[..., list(TOOL_SLOTS)] = 0
     return mask
 
 
@@ -220,11 +267,10 @@ class ToolUsePolicy(AutoregressiveSortPolicy):
     def greedy(self, prompts):
         """Greedy episodes (argmax on the policy's slots, the tool on its own): [batch, 1, 6].
 
-        The hidden prices come from a generator seeded with ``GREEDY_PRICE_SEED``, so greedy
-        evaluation is deterministic.
+        The hidden prices are ``keyed_prices`` with ``GREEDY_PRICE_SEED``: a prompt's episode
+        depends on the prompt and the weights only, not on its row or on the other prompts.
         """
-        generator = torch.Generator().manual_seed(GREEDY_PRICE_SEED)
-        return run_tool_episodes(self, prompts, 1, generator, greedy=True)
+        return run_tool_episodes(self, prompts, 1, greedy=True, price_seed=GREEDY_PRICE_SEED)
 
 
 def run_tool_episodes(
@@ -233,10 +279,14 @@ def run_tool_episodes(
     num_samples: int,
     generator: torch.Generator | None = None,
     greedy: bool = False,
+    price_seed: int | None = None,
 ) -> torch.Tensor:
     """Play ``num_samples`` episodes per prompt: int[batch, 2] -> int64[batch, trial, 6].
 
-    Per episode the environment draws hidden prices (``hidden_prices``, with ``generator``).
+    Per episode the environment draws hidden prices: with ``generator`` (``hidden_prices``,
+    fresh prices per episode, for training), or, given ``price_seed``, as a function of the
+    prompt's key and that seed (``keyed_prices``, for evaluation: episode j of a prompt is
+    the same in any batch).
     Slot by slot: the policy samples (or, ``greedy``, takes the argmax of) its slots 0, 1
     and 4 from ``model(prompt + SEP + slots so far)``; slots 2, 3 are ``compare_tool``'s
     reply to slots 0, 1; slot 5 is the more expensive prompt item. Runs under
@@ -253,7 +303,10 @@ def run_tool_episodes(
     check_positive_ints(num_samples=num_samples)
     batch = prompts.shape[0]
     seq = repeat(_with_separator(model, prompts), "b pos -> (b trial) pos", trial=num_samples)
-    prices = hidden_prices(seq.shape[0], model.vocab_size, generator)
+    if price_seed is None:
+        prices = hidden_prices(seq.shape[0], model.vocab_size, generator)
+    else:
+        prices = keyed_prices(prompts, num_samples, model.vocab_size, price_seed)
     items = seq[:, :PROMPT_LENGTH]
     was_training = model.training
     model.eval()

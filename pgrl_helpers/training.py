@@ -182,7 +182,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
                 kl = kl_per_response(
                     log_probs, rollout.ref_log_probs, config.kl_estimator, rollout.mask
                 )
-                loss = loss + kl_coef.penalty(kl, rollout.num_responses)  # beta x KL
+                loss = loss + kl_coef.penalty(kl)  # beta x KL, one beta per epoch
             with torch.set_grad_enabled(config.entropy_coef > 0):
                 entropy = policy.mean_entropy(rollout.prompts, rollout.responses, rollout.mask)
             if config.entropy_coef > 0:
@@ -198,6 +198,8 @@ def _train(config: TrainConfig, callback, policy) -> History:
             history.append(head | {"inner_step": inner_step} | record)
             _check_finite_parameters(policy, *where)
             counters["step"] += 1
+        if config.kl_coef > 0:  # Ziegler et al.: beta adapts once a batch, from its 1st step's KL
+            kl_coef.update(history[-config.num_steps_per_epoch]["kl"], rollout.num_responses)
         estimator.after_epoch(rollout)  # e.g. the critic's steps (advantage_estimator 'gae')
         clock.lap("optimizer")
 
@@ -211,6 +213,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
         if history.stop_reason is not None:
             break
     bar.close()
+    history.stop_reason = history.stop_reason or "max_epochs"  # every epoch ran
     return history
 
 
@@ -323,8 +326,8 @@ def _evaluate(history, task, config, epochs_done, step, responses_sampled) -> bo
 
 
 def _grad_norm(model: torch.nn.Module, epoch: int, step: int) -> torch.Tensor:
-    """L2 norm of all the parameters' gradients together; a ValueError names epoch and step
-    if it is not finite."""
+    """L2 norm of all the parameters' gradients together; a ``NonFiniteError`` (a
+    FloatingPointError) names epoch and step if it is not finite."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     norm = torch.nn.utils.get_total_norm(grads)
     _check_finite(norm, "gradient norm", epoch, step)

@@ -15,12 +15,19 @@ messages; TRL applies the tokenizer's chat template), reward functions with TRL'
 ``f(completions, **kwargs) -> list[float]``, ``peft.LoraConfig`` passed as ``peft_config``, and a
 ``TrainerCallback`` that scores a validation set (held out by content) to pick the stopping
 point. The output format is asked for by a format reward, not forced by the model.
+
+The objective is Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical
+Perspective", arXiv 2503.20783, section 3.1 and Figure 1): ``loss_type="dr_grpo"`` (a constant
+normaliser instead of each response's length) with ``scale_rewards="none"`` (advantages
+R - mean R, not divided by the group's std, which the paper shows biases updates by question
+difficulty).
+``--scale-rewards group`` restores GRPO's std scaling. With ``--beta > 0`` the KL term is
+TRL's plain k3 (``use_bias_correction_kl=False``), as in ``pgrl_helpers.trl_config``.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
 import sys
@@ -104,6 +111,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--beta", type=float, default=0.0, help="KL(pi || pi_ref) coefficient")
     p.add_argument(
+        "--scale-rewards",
+        choices=("none", "group", "batch"),
+        default="none",
+        help="divide advantages by the group's / batch's reward std; none: Dr. GRPO",
+    )
+    p.add_argument(
         "--train-regions",
         default="in",
         help="comma list of the regions RL trains on: in (SFT's), longer (lists of 5-6)",
@@ -149,6 +162,88 @@ def _flag(value: str, gpu: bool) -> bool:
     return gpu if value == "auto" else value == "on"
 
 
+def grpo_config_kwargs(args: argparse.Namespace, output_dir, gpu: bool, use_vllm: str) -> dict:
+    """The ``GRPOConfig`` keyword arguments of a run (module docstring: Dr. GRPO).
+
+    ``per_device_train_batch_size`` is prompts x G, so one optimizer step sees every
+    completion of ``--prompts-per-step`` prompts; ``use_vllm`` is 'no', 'colocate' or 'server'.
+    """
+    kwargs = dict(
+        output_dir=str(output_dir),
+        max_steps=args.max_steps,
+        per_device_train_batch_size=args.prompts_per_step * args.num_generations,
+        num_generations=args.num_generations,
+        max_completion_length=args.max_completion_length,
+        learning_rate=args.learning_rate,
+        lr_scheduler_type="constant",
+        temperature=args.temperature,
+        top_p=1.0,
+        top_k=0,
+        beta=args.beta,
+        use_bias_correction_kl=False,  # plain k3, as pgrl_helpers.trl_config
+        loss_type="dr_grpo",
+        scale_rewards=args.scale_rewards,  # Dr. GRPO: "none"
+        reward_weights=[1.0, FORMAT_WEIGHT],
+        seed=args.seed,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        use_cpu=not gpu,
+        bf16=_flag(args.bf16, gpu),
+        gradient_checkpointing=_flag(args.gradient_checkpointing, gpu),
+        use_vllm=use_vllm != "no",
+    )
+    if use_vllm != "no":
+        kwargs["vllm_mode"] = use_vllm
+    return kwargs
+
+
+def trainable_state(model) -> dict:
+    """CPU copies of the parameters the optimizer updates, by ``state_dict`` name.
+
+    Full fine-tuning: every parameter; ``--lora``: the adapters only (the frozen base weights
+    never change, so a snapshot of them would only cost memory)."""
+    return {
+        name: p.detach().to("cpu", copy=True)
+        for name, p in model.named_parameters()
+        if p.requires_grad
+    }
+
+
+def restore_state(model, state: dict) -> None:
+    """Load a ``trainable_state`` snapshot back into ``model`` (the other weights stay)."""
+    result = model.load_state_dict(state, strict=False)
+    if result.unexpected_keys:
+        raise RuntimeError(f"the snapshot has keys the model lacks: {result.unexpected_keys[:3]}")
+
+
+def choose_step(steps: list[int], scores: list[float], last_step: int) -> tuple[int, str | None]:
+    """The step whose weights are saved, and a warning when validation cannot vouch for it.
+
+    ``steps`` / ``scores``: the validation steps and their pass@1. The best score is chosen
+    (the earliest on a tie). If every evaluation scored 0, validation cannot tell the steps
+    apart (for instance a reply format the parser never reads): the last step (``last_step``)
+    is kept, with a warning. If the best is step 0, the saved model is the one training
+    started from: kept, because validation prefers it, with a warning that says so.
+    """
+    if not scores:
+        return last_step, None
+    if max(scores) <= 0:
+        return last_step, (
+            f"validation pass@1 was 0 at all {len(scores)} evaluations: it cannot choose a "
+            f"step, so the last step's weights (step {last_step}) are saved; check that "
+            "pgrl_helpers.checkpoint.parse_answer reads this model's replies"
+        )
+    best = scores.index(max(scores))
+    if steps[best] == 0:
+        return 0, (
+            f"validation pass@1 never improved on the initial model ({scores[0]:.3f} at step "
+            "0): the saved model is the UNTRAINED one"
+        )
+    return steps[best], None
+
+
 def train(argv=None) -> dict:
     """Run GRPO; return a summary dict (log history, validation curve, chosen step, paths)."""
     args = parse_args(argv)
@@ -168,7 +263,6 @@ def train(argv=None) -> dict:
     train_keys = [m for r in regions for m in splits[f"train_{r}"]]
     validation = [m for r in regions for m in splits[f"validation_{r}"]]
     heldout = {m for name, keys in splits.items() if not name.startswith("train_") for m in keys}
-    batch = args.prompts_per_step * args.num_generations
     dataset = make_dataset(train_keys, args.max_steps * args.prompts_per_step, args.seed)
     seen_heldout = sum(ck.key(r) in heldout for r in dataset["numbers"])
     if seen_heldout:
@@ -179,33 +273,7 @@ def train(argv=None) -> dict:
     use_vllm = args.use_vllm
     if use_vllm == "auto":
         use_vllm = "colocate" if gpu and importlib.util.find_spec("vllm") else "no"
-    kwargs = dict(
-        output_dir=str(workdir),
-        max_steps=args.max_steps,
-        per_device_train_batch_size=batch,
-        num_generations=args.num_generations,
-        max_completion_length=args.max_completion_length,
-        learning_rate=args.learning_rate,
-        lr_scheduler_type="constant",
-        temperature=args.temperature,
-        top_p=1.0,
-        top_k=0,
-        beta=args.beta,
-        loss_type="dr_grpo",
-        scale_rewards="group",
-        reward_weights=[1.0, FORMAT_WEIGHT],
-        seed=args.seed,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        use_cpu=not gpu,
-        bf16=_flag(args.bf16, gpu),
-        gradient_checkpointing=_flag(args.gradient_checkpointing, gpu),
-        use_vllm=use_vllm != "no",
-    )
-    if use_vllm != "no":
-        kwargs["vllm_mode"] = use_vllm
+    kwargs = grpo_config_kwargs(args, workdir, gpu, use_vllm)
     peft_config = None
     if args.lora:
         from peft import LoraConfig
@@ -218,11 +286,12 @@ def train(argv=None) -> dict:
         )
 
     history = {"validation_step": [], "validation_pass1": []}
-    best = {"score": -1.0, "step": 0, "state": None}
+    snapshots = {}  # step -> trainable_state at the best validation score so far
 
     class ValidationCallback(TrainerCallback):
         """Sampled pass@1 on the validation multisets every ``eval_every`` steps; keeps the best
-        weights (the stopping rule reads validation only, never the test split)."""
+        weights and the last step's (the stopping rule reads validation only, never the test
+        split; ``choose_step`` picks)."""
 
         def evaluate(self, model, step: int) -> None:
             was_training = model.training
@@ -237,16 +306,12 @@ def train(argv=None) -> dict:
             )
             model.train(was_training)
             score = sum(result["c"]) / (len(result["c"]) * result["n"])
+            scores = history["validation_pass1"]
+            if not scores or score > max(scores):
+                snapshots.clear()
+                snapshots[step] = trainable_state(model)
             history["validation_step"].append(step)
-            history["validation_pass1"].append(score)
-            if score > best["score"]:
-                best.update(
-                    score=score,
-                    step=step,
-                    state=copy.deepcopy(
-                        {k: v.detach().cpu() for k, v in model.state_dict().items()}
-                    ),
-                )
+            scores.append(score)
 
         def on_train_begin(self, targs, state, control, model=None, **kw):
             if args.eval_every:
@@ -271,8 +336,14 @@ def train(argv=None) -> dict:
         trainer.remove_callback(PrinterCallback)
     trainer.train()
     model = trainer.model
-    if args.eval_every and best["state"] is not None:
-        model.load_state_dict(best["state"])
+    last = trainer.state.global_step
+    chosen, warning = last, None
+    if args.eval_every:
+        chosen, warning = choose_step(history["validation_step"], history["validation_pass1"], last)
+        if chosen != last:
+            restore_state(model, snapshots[chosen])
+    if warning:  # printed even with --quiet, and kept in the summary
+        print(f"WARNING: {warning}", file=sys.stderr)
     if args.lora:
         model = model.merge_and_unload()
     final = workdir / "final"
@@ -283,7 +354,8 @@ def train(argv=None) -> dict:
         "model": args.model,
         "final_dir": str(final),
         "steps": trainer.state.global_step,
-        "chosen_step": best["step"] if args.eval_every else trainer.state.global_step,
+        "chosen_step": chosen,
+        "validation_warning": warning,
         "validation": history,
         "train_multisets": len(train_keys),
         "heldout_keys_in_training": seen_heldout,
@@ -302,10 +374,13 @@ def train(argv=None) -> dict:
         r = summary["reward"]
         print(
             f"{summary['steps']} GRPO steps on {args.model}: mean reward {r[0]:.2f} -> {r[-1]:.2f}; "
+            + f"kept step {chosen} "
             + (
-                f"validation pass@1 best at step {summary['chosen_step']}; "
-                if args.eval_every
-                else "no validation (last step kept); "
+                "(no validation: the last); "
+                if not args.eval_every
+                else "(see the warning); "
+                if warning
+                else "(validation's choice); "
             )
             + f"model in {final}"
         )

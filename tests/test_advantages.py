@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgrl_helpers.advantages import DELTA_MODES, compute_deltas
+from pgrl_helpers.advantages import DELTA_MODES, MASK_MODES, compute_deltas, zero_deltas_reason
 from pgrl_helpers.trl_config import TRL_SCALE_REWARDS
 
 #: Other test files whose tests also pin pgrl_helpers/advantages.py (tests/mutation.py).
@@ -135,6 +135,42 @@ def test_batch_delta_modes_need_two_rewards():
     for mode in ("reinforce_pp_baseline", "batch_normalized_rewards"):
         with pytest.raises(ValueError, match=f"delta mode '{mode}' .* at least 2 rewards"):
             compute_deltas(torch.ones(1, 1), mode)
+
+
+@pytest.mark.parametrize("mode", [m for m in DELTA_MODES if m not in MASK_MODES])
+def test_a_mask_is_refused_by_the_modes_that_do_not_read_it(mode):
+    rewards, mask = random_rewards(0), torch.ones(6, 8, 3)
+    with pytest.raises(ValueError, match=rf"^mask: delta mode '{mode}' does not read a mask"):
+        compute_deltas(rewards, mode, mask=mask)
+    assert compute_deltas(rewards, mode, mask=None).shape == rewards.shape
+
+
+def test_the_mode_that_reads_the_mask_still_takes_it():
+    assert MASK_MODES == ("reinforce_pp_baseline",)
+    rewards = random_rewards(1)
+    lengths = torch.randint(1, 4, (6, 8, 1), generator=torch.Generator().manual_seed(0))
+    mask = (torch.arange(3) < lengths).float()  # lengths 1-3
+    masked = compute_deltas(rewards, "reinforce_pp_baseline", mask=mask)
+    assert not torch.allclose(masked, compute_deltas(rewards, "reinforce_pp_baseline"))
+
+
+def test_one_response_per_prompt_names_the_modes_whose_deltas_all_vanish():
+    zero = {"centered_rewards", "batch_normalized_rewards", "reinforce_pp_baseline"}
+    undefined = {"normalized_rewards", "loo_rewards"}  # compute_deltas raises for G = 1
+    for mode in DELTA_MODES:
+        reason = zero_deltas_reason(mode, 1)
+        if mode in zero:
+            assert reason.startswith(f"num_responses (G) = 1 with deltas_mode '{mode}'"), reason
+            assert "every delta is 0" in reason
+            rewards = random_rewards(2, group=1)  # the claim itself, on other rewards
+            assert torch.equal(compute_deltas(rewards, mode), torch.zeros_like(rewards)), mode
+        elif mode in undefined:
+            assert "at least 2 samples per prompt" in reason, (mode, reason)
+        else:  # rewards, max_rewards: delta = r, the run trains
+            assert reason is None, mode
+        assert zero_deltas_reason(mode, 2) is None
+    with pytest.raises(ValueError, match="unknown delta mode"):
+        zero_deltas_reason("centred", 1)
 
 
 # --- mutants ---

@@ -136,6 +136,120 @@ def test_count_correct_counts_only_correct_terminated_answers():
     assert ck.pass_at_k_curve([3, 0], 3, [1, 3]) == [0.5, 0.5]
 
 
+def byte_level_bpe_tokenizer(pad: bool = True):
+    """A GPT-2 / Qwen / Llama-3 style byte-level BPE tokenizer, trained here in milliseconds:
+    its tokens carry the space marker (``Ġ2``); ``pad`` False: no pad token (Llama-3 style)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=[ck.EOS, ck.START, ck.PAD],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    core.train_from_iterator(["sort 3 1 2", "1 2 3", "0 4 5"] * 50, trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, eos_token=ck.EOS, pad_token=ck.PAD if pad else None
+    )
+    tokenizer.chat_template = ck.CHAT_TEMPLATE
+    return tokenizer
+
+
+class TextOracle(torch.nn.Module):
+    """A causal LM stand-in that replies ``reply(numbers)`` then EOS, for any tokenizer.
+
+    It reads the numbers off the decoded prompt, keeps its one parameter on ``device`` and
+    records the device of every input it gets. On the meta device (no data) it stops at its
+    first forward, raising ``ReachedTheModel``: far enough to see where the prompt was put."""
+
+    class ReachedTheModel(Exception):
+        pass
+
+    def __init__(self, tokenizer, reply=ck.answer_text, device="cpu"):
+        super().__init__()
+        self.tok, self.reply = tokenizer, reply
+        self.anchor = torch.nn.Parameter(torch.zeros(1, device=device))
+        self.input_devices = []
+
+    def forward(self, input_ids, cache=None, use_cache=True):
+        self.input_devices.append(input_ids.device)
+        if self.anchor.device.type == "meta":
+            raise self.ReachedTheModel
+        if cache is None:
+            text = self.tok.decode(input_ids[0].tolist())
+            numbers = [int(w) for w in text.split("sort", 1)[1].split() if w.isdigit()]
+            plan = self.tok(self.reply(numbers), add_special_tokens=False)["input_ids"]
+            cache = {"plan": plan + [self.tok.eos_token_id], "i": 0}
+        plan, step = cache["plan"], cache["i"]
+        cache["i"] += 1
+        logits = torch.full((input_ids.shape[0], 1, len(self.tok)), -1e9)
+        logits[:, :, plan[min(step, len(plan) - 1)]] = 0.0
+        return type("Out", (), {"cache": cache, "logits": logits.to(self.anchor.device)})()
+
+
+def test_count_correct_reads_a_byte_level_bpe_tokenizer():
+    """B1 (code review r4): the replies are decoded as TRL decodes them, so a right answer
+    in a BPE tokenizer's tokens ('1', 'Ġ2', 'Ġ3') counts; joining the tokens did not."""
+    tokenizer = byte_level_bpe_tokenizer()
+    answer = tokenizer("1 2 3", add_special_tokens=False)["input_ids"]
+    assert tokenizer.convert_ids_to_tokens(answer) == ["1", "Ġ2", "Ġ3"]
+    problems = [(1, 2, 3), (0, 4, 5)]
+    r = ck.count_correct(TextOracle(tokenizer), tokenizer, problems, n=3, seed=0)
+    assert r["c"] == [3, 3]
+    reversed_reply = TextOracle(tokenizer, reply=lambda nums: ck.answer_text(nums)[::-1])
+    assert ck.count_correct(reversed_reply, tokenizer, problems, n=3, seed=0)["c"] == [0, 0]
+    # the same oracle and counts with the word-level tokenizer of the local checkpoint
+    words = ck.build_tokenizer()
+    assert ck.count_correct(TextOracle(words), words, problems, n=3, seed=0)["c"] == [3, 3]
+
+
+def test_a_tokenizer_without_a_pad_token_pads_with_eos():
+    """B2's related risk (code review r4): pad_token_id None (Llama-3) crashed the sampler."""
+    tokenizer = byte_level_bpe_tokenizer(pad=False)
+    assert tokenizer.pad_token_id is None
+    r = ck.count_correct(TextOracle(tokenizer), tokenizer, [(1, 2, 3)], n=2, seed=0)
+    assert r["c"] == [2] and r["mean_length"] == 4.0  # three answer tokens and EOS
+
+
+def test_completion_answer_needs_the_end_of_turn():
+    tokenizer = byte_level_bpe_tokenizer()
+    ids = tokenizer("0 4 5", add_special_tokens=False)["input_ids"]
+    assert ck.completion_answer(tokenizer, ids + [tokenizer.eos_token_id]) == [0, 4, 5]
+    assert ck.completion_answer(tokenizer, ids) is None  # cut off before EOS
+    assert ck.completion_answer(tokenizer, []) is None
+
+
+def test_the_sampler_sends_its_prompt_to_the_models_device():
+    """B2 (code review r4): a GPU model got a CPU prompt. No GPU here, so the model sits on
+    the meta device, and the check is where its first input arrives."""
+    tokenizer = ck.build_tokenizer()
+    model = TextOracle(tokenizer, device="meta")
+    with pytest.raises(TextOracle.ReachedTheModel):
+        ck.sample_completions(model, tokenizer, [3, 1, 2], 2, torch.Generator().manual_seed(0))
+    assert model.input_devices == [torch.device("meta")]
+    assert ck.model_device(model) == torch.device("meta")
+
+
+def test_count_correct_seeds_a_generator_on_the_models_device(monkeypatch):
+    """B2: the generator follows the model (here the CPU; the device is what is checked)."""
+    made = []
+    real = torch.Generator
+
+    def spy(*args, **kwargs):
+        made.append(kwargs.get("device", args[0] if args else None))
+        return real(*args, **kwargs)
+
+    tokenizer = ck.build_tokenizer()
+    model = TextOracle(tokenizer)
+    monkeypatch.setattr(torch, "Generator", spy)
+    assert ck.count_correct(model, tokenizer, [(1, 2)], n=2, seed=0)["c"] == [2]
+    assert made == [torch.device("cpu")]
+    assert ck.model_device(torch.nn.ReLU()) == torch.device("cpu")  # no parameters: the CPU
+
+
 def test_bad_config_raises():
     with pytest.raises(ValueError, match="hidden_size"):
         dataclasses.replace(ck.TINY, hidden_size=15).validate()

@@ -57,7 +57,7 @@ def test_prints_exactly_one_line_for_pass_todo_and_fail(capsys):
 
 
 def test_strict_is_silent_on_pass_and_raises_otherwise(capsys):
-    checks.check_kl_k3(kl_k3, seed=1, strict=True)
+    checks.check_kl_k3(lambda lp, ref: kl_k3(lp, ref), seed=1, strict=True)
     assert capsys.readouterr().out == ""
     with pytest.raises(AssertionError, match=r"\[TODO\] kl_k3: not implemented yet"):
         checks.check_kl_k3(stub, strict=True)
@@ -80,6 +80,26 @@ def test_in_place_changes_to_inputs_are_caught():
         return rewards
 
     assert_fails(checks.check_centered_deltas, in_place, "in place")
+
+
+def test_the_packages_own_function_passes_visibly_with_a_note_and_fails_when_graded(capsys):
+    """The rule in every notebook's header: a function imported from pgrl_helpers is not an
+    answer. The visible check says so in its [PASS] line; the graded (strict) check fails."""
+    for check, own in (
+        (checks.check_masked_mean, masked_mean),
+        (checks.check_pass_at_k, pass_at_k),
+        (checks.check_kl_k3, kl_k3),
+        (checks.check_sort_distance_reward, sort_distance_reward_batch),
+    ):
+        check(own)
+        line = capsys.readouterr().out.strip()
+        assert line.startswith(checks.PASS) and "the package's own implementation" in line, line
+        assert f"{own.__module__}.{own.__qualname__}" in line
+        result = outcome(check, own)
+        assert result.status == checks.FAIL and "your own code" in result.message, result
+    # a wrapper written in the notebook is not recognised: the header states the rule, an
+    # instructor reading the code enforces it
+    assert outcome(checks.check_pass_at_k, lambda n, c, k: pass_at_k(n, c, k)).passed
 
 
 def test_no_reference_code_in_messages():
@@ -106,7 +126,7 @@ def _loop(*args, **kwargs):
 
 
 REFERENCES = [
-    (checks.check_sort_distance_reward, sort_distance_reward_batch),
+    (checks.check_sort_distance_reward, lambda p, r: sort_distance_reward_batch(p, r)),
     (checks.check_expected_reward, _expected),
     (checks.check_centered_deltas, lambda r: compute_deltas(r, "centered_rewards")),
     (checks.check_normalized_deltas, lambda r: compute_deltas(r, "normalized_rewards")),
@@ -117,7 +137,7 @@ REFERENCES = [
         checks.check_clipped_loss,
         lambda lp, old, d, eps=0.2: compute_loss(lp, d, "clipped", old_log_probs=old, epsilon=eps),
     ),
-    (checks.check_kl_k3, kl_k3),
+    (checks.check_kl_k3, lambda lp, ref: kl_k3(lp, ref)),
 ]
 
 
@@ -187,6 +207,17 @@ def test_delta_mistakes():
     assert_fails(normalized, no_eps, "tie", "eps")
     not_centred = lambda r: r / (r.std(-1, keepdim=True) + 1e-6)  # noqa: E731
     assert_fails(normalized, not_centred, "centre them")
+    std_batch = lambda r: (r - r.mean(-1, keepdim=True)) / (r.std(0, keepdim=True) + 1e-6)  # noqa: E731
+    assert_fails(normalized, std_batch, "std over the wrong axis", "dim=0")
+    std_all = lambda r: (r - r.mean(-1, keepdim=True)) / (r.std() + 1e-6)  # noqa: E731
+    assert_fails(normalized, std_all, "std of the whole batch")
+    both_batch = lambda r: (r - r.mean(0, keepdim=True)) / (r.std(0, keepdim=True) + 1e-6)  # noqa: E731
+    assert_fails(normalized, both_batch, "mean and std over the wrong axis")
+    whole = lambda r: (r - r.mean()) / (r.std() + 1e-6)  # noqa: E731
+    assert_fails(normalized, whole, "mean and std of the whole batch")
+    var = lambda r: (r - r.mean(-1, keepdim=True)) / (r.var(-1, keepdim=True) + 1e-6)  # noqa: E731
+    assert_fails(normalized, var, "variance")
+    assert_fails(normalized, lambda r: r - r.mean(-1, keepdim=True), "did not divide")
     assert_fails(loo, lambda r: compute_deltas(r, "centered_rewards"), "includes the response")
     by_g = lambda r: r - (r.sum(-1, keepdim=True) - r) / r.shape[-1]  # noqa: E731
     assert_fails(loo, by_g, "G - 1")
@@ -278,7 +309,9 @@ def test_clipped_loss_mistakes():
 def test_kl_mistakes():
     check = checks.check_kl_k3
     assert_fails(check, lambda lp, ref: kl_k3(ref, lp), "wrong KL direction")
-    assert_fails(check, kl_k1, "k1")
+    assert_fails(check, lambda lp, ref: kl_k1(lp, ref), "k1")
+    assert_fails(check, lambda lp, ref: -kl_k1(lp, ref), "log r", "wrong sign")
+    assert_fails(check, lambda lp, ref: (ref - lp) ** 2 / 2, "k2")
 
     def no_minus_one(lp, ref):
         return (ref - lp).exp() - (ref - lp)
@@ -303,7 +336,50 @@ def test_training_config_mistakes():
     big = TrainConfig(**task, prompt_source="random", prompts_per_epoch=64, num_epochs=100)
     assert_fails(check, lambda: big, "over budget", "64,000")
     lecture = TrainConfig(**task, prompt_source="random", num_epochs=2, num_steps_per_epoch=1)
-    assert_fails(check, lambda: lecture, "the target is 80%", "transformer")
+    assert_fails(check, lambda: lecture, "never reached 80%", "transformer")
+    # issue 39, minor 11: the task fields are set from checks.TRAINING_TASK, and it says so
+    assert_fails(check, lambda: TrainConfig(), "must be", "TrainConfig(**checks.TRAINING_TASK")
+    short = dict(
+        task,
+        model="transformer",
+        embedding_dim=16,
+        prompt_source="random",
+        num_epochs=2,
+        num_steps_per_epoch=1,
+    )
+    assert_fails(check, lambda: TrainConfig(**short, deltas_mode="rewards"), "no baseline")
+    assert_fails(check, lambda: TrainConfig(**short, num_responses=2), "G = 2", "tie")
+    assert_fails(check, lambda: TrainConfig(**short, learning_rate=0.1), "collapse")
+    assert_fails(check, lambda: TrainConfig(**short), "learns too slowly")
+    # the lecture's 3 prompts do not exist at this task's size: validate() names them
+    three = dict(short, prompt_source="lecture")
+    assert_fails(check, lambda: TrainConfig(**three), "invalid", "prompt_source 'lecture'")
+    lecture_model = dict(short, model="lecture")
+    assert_fails(check, lambda: TrainConfig(**lecture_model), "cannot represent sorting")
+
+
+def test_training_config_stopped_on_a_lucky_reading_is_told_so(monkeypatch):
+    """A run that stopped at the validation target with test below TRAINING_TARGET is told it
+    stopped at a lucky reading (not 'train longer'). The outcome is planted in the check's
+    cache: finding such a seed would cost minutes of training."""
+    from dataclasses import replace
+
+    from pgrl_helpers.checks import training
+    from pgrl_helpers.config import TrainConfig
+
+    config = TrainConfig(
+        **checks.TRAINING_TASK,
+        model="transformer",
+        embedding_dim=16,
+        prompt_source="random",
+        num_epochs=2,
+    )
+    run = replace(config, target_validation_exact_sort=checks.TRAINING_STOP, progress=False)
+    monkeypatch.setitem(training._training_cache, repr(run), (0.35, 9_000, "target", 0.8))
+    assert_fails(checks.check_training_config, lambda: config, "only 35%", "lucky")
+    monkeypatch.setitem(training._training_cache, repr(run), (0.5, 9_000, "target", 0.8))
+    result = outcome(checks.check_training_config, lambda: config)
+    assert result.passed, result
 
 
 # --- assignments 05-08 ---
@@ -357,8 +433,8 @@ REFERENCES_05_08 = [
     (checks.check_sequence_ratio, ref_ratio),
     (checks.check_cispo_loss, ref_cispo),
     (checks.check_truncated_weights, ref_tis),
-    (checks.check_effective_sample_size, effective_sample_size),
-    (checks.check_pass_at_k, pass_at_k),
+    (checks.check_effective_sample_size, lambda w: effective_sample_size(w)),
+    (checks.check_pass_at_k, lambda n, c, k: pass_at_k(n, c, k)),
     (checks.check_mean_pass_at_k, ref_mean_passk),
 ]
 
@@ -406,6 +482,34 @@ def test_masked_mean_mistakes():
     assert_fails(check, no_raise, "all-zero mask", "ValueError")
     assert_fails(check, lambda t, m, dim=None: masked_mean(t, m), "dim=-1", "shape")
 
+    def only_whole_mask_raises(t, m, dim=None):  # NaN for an empty row (issue 39)
+        if not m.any():
+            raise ValueError("empty mask")
+        real = m > 0
+        total = torch.where(real, t, torch.zeros_like(t))
+        if dim is None:
+            return total.sum() / real.sum()
+        return total.sum(dim) / real.sum(dim)
+
+    assert_fails(check, only_whole_mask_raises, "selects nothing", "ValueError", "every slice")
+
+    def float64_loop(t, m, dim=None):  # another correct implementation: loops, float64
+        if dim is None:
+            picked = [float(x) for x, keep in zip(t.flatten(), m.flatten()) if keep > 0]
+            if not picked:
+                raise ValueError("empty")
+            return torch.tensor(sum(picked) / len(picked), dtype=torch.float64)
+        rows = []
+        for x_row, m_row in zip(t.reshape(-1, t.shape[-1]), m.reshape(-1, m.shape[-1])):
+            picked = [float(x) for x, keep in zip(x_row, m_row) if keep > 0]
+            if not picked:
+                raise ValueError("empty row")
+            rows.append(sum(picked) / len(picked))
+        return torch.tensor(rows, dtype=torch.float64).reshape(t.shape[:-1])
+
+    assert outcome(check, float64_loop).passed
+    assert outcome(check, float64_loop, seed=1).passed
+
 
 def test_aggregate_loss_mistakes():
     check = checks.check_aggregate_loss
@@ -426,6 +530,21 @@ def test_aggregate_loss_mistakes():
                 return zeroed.sum() / max_length
             if kind == "detach":
                 return (zeroed.sum() / mask.sum()).detach()
+            if kind == "per_prompt":  # each prompt's token mean, then the mean over prompts
+                return (zeroed.sum((1, 2)) / mask.sum((1, 2))).mean()
+            if kind == "times_mask":  # right on finite padding, 0 x NaN leaks
+                multiplied = loss * mask
+                if aggregation == "sequence_mean":
+                    return (multiplied.sum(-1) / mask.sum(-1)).mean()
+                if aggregation == "token_mean":
+                    return multiplied.sum() / mask.sum()
+                return multiplied.sum() / (max_length * n)
+            if kind == "sum":
+                return zeroed.sum()
+            if kind == "own_length":
+                return (zeroed.sum(-1) / mask.sum(-1)).mean()
+            if kind == "zeroed":
+                return zeroed.mean()
             return zeroed.sum() / (max_length * n)
 
         return agg
@@ -439,6 +558,29 @@ def test_aggregate_loss_mistakes():
     assert_fails(check, variant({"constant_normalizer": "sequence_mean"}), "its own length")
     assert_fails(check, variant({"constant_normalizer": "no_count"}), "number of responses")
     assert_fails(check, variant({"token_mean": "detach"}), "no gradient")
+    # issue 39: the prompts hold different token counts, and the padding holds NaN
+    assert_fails(check, variant({"token_mean": "per_prompt"}), "per-prompt token mean", "[10, 7]")
+    for aggregation in ("sequence_mean", "token_mean", "constant_normalizer"):
+        times = variant({aggregation: "times_mask"})
+        assert_fails(check, times, aggregation, "NaN", "torch.where")
+    assert_fails(check, variant({"token_mean": "zeroed"}), "zeroed the padding")
+    assert_fails(check, variant({"sequence_mean": "plain"}), "sequence_mean", "padding")
+    assert_fails(check, variant({"token_mean": "sum"}), "masked sum")
+
+    def float64_loops(loss, mask, aggregation, max_length):  # correct, another style
+        per_response = []
+        for b in range(mask.shape[0]):
+            for i in range(mask.shape[1]):
+                real = mask[b, i] > 0
+                per_response.append((loss[b, i][real].double().sum(), int(real.sum())))
+        if aggregation == "sequence_mean":
+            return sum(t / n for t, n in per_response) / len(per_response)
+        if aggregation == "token_mean":
+            return sum(t for t, _ in per_response) / sum(n for _, n in per_response)
+        return sum(t for t, _ in per_response) / (max_length * len(per_response))
+
+    for seed in (0, 1):
+        assert outcome(check, float64_loops, seed).passed, outcome(check, float64_loops, seed)
 
 
 # --------------------------------------------------------------------------------------------
@@ -470,6 +612,17 @@ def test_td_error_mistakes():
     assert_fails(check, _td_variant("no_gamma"), "gamma")
     assert_fails(check, lambda r, v, m, g: r + g * _shift(v) - v, "padding slots must be 0")
 
+    def padding_not_zeroed(rewards, values, mask, gamma):  # right on real tokens only
+        out = _td_variant("correct")(rewards, values, mask, gamma)
+        return torch.where(mask > 0, out, torch.full_like(out, 0.3))
+
+    assert_fails(check, padding_not_zeroed, "right on every real token", "padding slots must be 0")
+
+    def wrong_shift(r, v, m, g):  # V(s_{t-1}) instead of V(s_{t+1})
+        return (r + g * torch.cat([v[..., :1] * 0, v[..., :-1]], -1) - v) * m
+
+    assert_fails(check, wrong_shift, "wrong way")
+
 
 def _gae_variant(kind):
     def gae(rewards, values, mask, gamma, lam):
@@ -479,10 +632,15 @@ def _gae_variant(kind):
         out = torch.zeros_like(td)
         running = torch.zeros_like(td[..., 0])
         order = range(td.shape[-1]) if kind == "forward" else reversed(range(td.shape[-1]))
+        if kind in ("lambda_only", "gamma_only"):
+            factor = lam if kind == "lambda_only" else gamma
         for t in order:
+            if kind == "store_before":
+                out[..., t] = running
             running = td[..., t] + factor * running
-            out[..., t] = running
-        return out * mask
+            if kind != "store_before":
+                out[..., t] = running
+        return out if kind == "unmasked" else out * mask
 
     return gae
 
@@ -494,6 +652,11 @@ def test_gae_mistakes():
     assert_fails(check, _gae_variant("twice"), "applied twice")
     assert_fails(check, _gae_variant("forward"), "reversed recursion")
     assert_fails(check, lambda r, v, m, g, lam: ref_gae(r, v, m, g, lam)[..., :-1], "shape")
+    assert_fails(check, _gae_variant("store_before"), "off by one step")
+    assert_fails(check, _gae_variant("lambda_only"), "lambda only")
+    assert_fails(check, _gae_variant("gamma_only"), "gamma only")
+    padded = lambda r, v, m, g, lam: torch.where(m > 0, ref_gae(r, v, m, g, lam), 0.5)  # noqa: E731
+    assert_fails(check, padded, "right on every real token", "padding slots must be 0")
 
 
 # --------------------------------------------------------------------------------------------
@@ -517,6 +680,22 @@ def test_sequence_ratio_mistakes():
     assert_fails(check, arith, "geometric mean")
     assert_fails(check, lambda lp, o, m: torch.exp(lp - o) * m, "one ratio per response")
     assert_fails(check, lambda lp, o, m: ref_ratio(lp, o, m).detach(), "no gradient")
+    assert_fails(check, lambda lp, o, m: (lp - o).mean(-1).exp(), "padding entered the mean")
+    assert_fails(check, lambda lp, o, m: 1 / ref_ratio(lp, o, m), "inverted")
+    # issue 39: right on finite padding, NaN with -inf in the padding of log_probs
+    times_mask = lambda lp, o, m: (((lp - o) * m).sum(-1) / m.sum(-1)).exp()  # noqa: E731
+    assert_fails(check, times_mask, "padding may hold anything", "-inf", "torch.where")
+
+    def boolean_index_loop(lp, old, mask):  # correct, another style: indexing, float64
+        rows = []
+        for b in range(mask.shape[0]):
+            for i in range(mask.shape[1]):
+                real = mask[b, i] > 0
+                rows.append((lp[b, i][real].double() - old[b, i][real].double()).mean().exp())
+        return torch.stack(rows).reshape(mask.shape[:2])
+
+    for seed in (0, 1):
+        assert outcome(check, boolean_index_loop, seed).passed
 
 
 def test_cispo_mistakes():
@@ -528,6 +707,10 @@ def test_cispo_mistakes():
             ratio = torch.exp(lp - old)
             top = lo if kind == "symmetric" else hi
             weight = ratio.clamp(1 - lo, 1 + top)
+            if kind == "no_lower":
+                weight = ratio.clamp(max=1 + hi)
+            if kind == "no_upper":
+                weight = ratio.clamp(min=1 - lo)
             if kind == "no_clip":
                 weight = ratio
             if kind != "inside":
@@ -548,6 +731,13 @@ def test_cispo_mistakes():
     assert_fails(check, variant("symmetric"), "eps_high")
     assert_fails(check, variant("sign"), "wrong sign")
     assert_fails(check, variant("sum"), "summed")
+    assert_fails(check, variant("no_lower"), "lower clip edge is missing")
+    assert_fails(check, variant("no_upper"), "upper clip edge is missing")
+
+    def no_log(lp, old, d, lo, hi):  # -clip(r) * delta: the log_probs factor left out
+        return (-(torch.exp(lp - old).clamp(1 - lo, 1 + hi)) * d[:, :, None]).mean()
+
+    assert_fails(check, no_log, "LOG_PROBS")
 
 
 def test_truncated_weight_mistakes():
@@ -568,6 +758,8 @@ def test_ess_mistakes():
     assert_fails(check, lambda w: (w**2).sum() / w.sum() ** 2, "inverted")
     assert_fails(check, lambda w: effective_sample_size(w) / w.numel(), "ess_fraction")
     assert_fails(check, lambda w: (w**2).sum() / w.sum(), "square the SUM")
+    assert_fails(check, lambda w: w.sum() / (w**2).sum(), "wrong numerator", "SQUARE of the sum")
+    assert_fails(check, lambda w: (w**2).sum() / (w**2).sum(), "wrong numerator")
     assert_fails(check, lambda w: w**2, "one number")
     assert outcome(check, lambda w: torch.tensor(effective_sample_size(w))).passed
 
@@ -595,7 +787,7 @@ def test_pass_at_k_mistakes():
             return 1.0
         return 1 - (f(n - c) / (f(k) * f(n - c - k))) / (f(n) / (f(k) * f(n - k)))
 
-    assert_fails(check, factorials, "raised")
+    assert_fails(check, factorials, "n = 200", "factorials", "math.comb")
 
 
 def test_mean_pass_at_k_mistakes():
@@ -609,9 +801,23 @@ def test_mean_pass_at_k_mistakes():
         n = correct.shape[1]
         return sum(1 - (1 - int(c) / n) ** k for c in correct.sum(1)) / correct.shape[0]
 
-    assert_fails(check, from_mean_count, "mean count")
+    result = outcome(check, from_mean_count)
+    assert result.status == checks.FAIL and "rounded" in result.message, result
+    assert "only the rounding is wrong at k = 1" in result.message, "pass@1 is linear in c"
+
+    def from_mean_count_k3(correct, k):  # right at k = 1 (no rounding), wrong at k = 3
+        n = correct.shape[1]
+        if k == 1:
+            return ref_mean_passk(correct, k)
+        return pass_at_k(n, round(correct.sum(1).float().mean().item()), k)
+
+    assert_fails(check, from_mean_count_k3, "mean count", "not linear")
     assert_fails(check, biased, "biased")
     assert_fails(check, lambda correct, k: correct.any(1).float().mean(), "pass@n")
+    first_k = lambda correct, k: correct[:, :k].any(1).float().mean()  # noqa: E731
+    result = outcome(check, first_k)
+    assert result.status == checks.FAIL and "FIRST k samples" in result.message, result
+    assert "mean count" not in result.message
 
 
 # --------------------------------------------------------------------------------------------

@@ -152,3 +152,20 @@ def test_remedy_validation_names_the_field():
     ):
         with pytest.raises(error, match=match):
             replace(config, **overrides).validate()
+
+
+@pytest.mark.parametrize(
+    "mode", ["centered_rewards", "batch_normalized_rewards", "reinforce_pp_baseline"]
+)
+def test_one_response_per_prompt_with_a_vanishing_baseline_is_refused(mode, tiny_config):
+    # G = 1: the group mean is the response's own reward, every delta 0, no gradient
+    with pytest.raises(ValueError, match=r"^num_responses \(G\) = 1 with deltas_mode"):
+        tiny_config("lecture", deltas_mode=mode, num_responses=1)
+    tiny_config("lecture", deltas_mode=mode, num_responses=2)
+
+
+def test_the_default_config_with_one_response_is_refused_and_raw_rewards_are_not(tiny_config):
+    with pytest.raises(ValueError, match=r"every delta is 0 .* Pick num_responses \(G\) >= 2"):
+        TrainConfig(num_responses=1).validate()  # the default deltas_mode: centered_rewards
+    for mode in ("rewards", "max_rewards"):  # delta = r: G = 1 trains (plain REINFORCE)
+        tiny_config("lecture", deltas_mode=mode, num_responses=1)

@@ -81,6 +81,8 @@ PLANTED = {
         R(HEALTHY, kl_coef=0.01, compute_ref_model_period=1000),
         R(HEALTHY, kl_coef=0.1),
     ),
+    # the capstone's run A, shorter: beta 1 holds the policy at its reference (issue 39)
+    "held_at_reference": (R(HEALTHY, kl_coef=1.0), R(HEALTHY, kl_coef=0.1)),
     "clip_high": (R(HEALTHY, epsilon=0.01), HEALTHY),
     "clip_zero": (R(HEALTHY, learning_rate=1e-4), HEALTHY),
     # seed 2: with seeds 0, 1 and 3 the policy learns to hit an outlier response on most
@@ -662,6 +664,58 @@ def test_kl_blowup_per_token_above_05():
     assert finding_names(at_bound) == []
     assert finding_names(steps(8, kl=[None] * 6 + [9.0] * 2, response_length=4.0)) == ["kl_blowup"]
     assert finding_names(steps(8, kl=[0.0] * 6 + [0.6] * 2, response_length=1.0)) == ["kl_blowup"]
+
+
+# ---- held at the reference -------------------------------------------------------------
+
+
+def held(n=8, entropy=1.0, kl=0.04, response_length=4.0, exact=(0.0, 0.0, 0.1), **columns):
+    """KL logged at every step (0.01 nats per token), entropy flat, held-out at most 10%."""
+    return steps(n, entropy=entropy, kl=kl, response_length=response_length, **columns) + evals(
+        list(exact)
+    )
+
+
+def test_held_at_reference_at_its_bounds():
+    f = only(held(), "held_at_reference")
+    assert f.detail == (
+        "entropy 1 -> 1 nats (late mean, 100% of its start) with the KL to the reference at "
+        "0.01 nats per token (late mean) and non-zero gradients, while held-out exact-sort at "
+        "most 10.0%"
+    )
+    assert [e.metric for e in f.evidence] == ["entropy", "kl per token (nats)"]
+    # entropy: the late mean (last 2 of 8 epochs) at 0.9 of the first epoch still counts
+    assert "held_at_reference" in finding_names(held(entropy=[1.0] * 6 + [0.9] * 2))
+    assert "held_at_reference" not in finding_names(held(entropy=[1.0] * 6 + [0.89] * 2))
+    # KL: at most 0.02 nats per token (late mean)
+    assert "held_at_reference" in finding_names(held(kl=0.08))
+    assert "held_at_reference" not in finding_names(held(kl=0.0801))
+    # the goal: held-out exact-sort below PLATEAU_GOAL (0.5)
+    assert "held_at_reference" in finding_names(held(exact=(0.0, 0.2, 0.49)))
+    assert "held_at_reference" not in finding_names(held(exact=(0.0, 0.2, 0.5)))
+    # no KL term logged (kl_coef 0), or logged on fewer than 90% of the steps: not this finding
+    assert "held_at_reference" not in finding_names(held(kl=None))
+    assert "held_at_reference" in finding_names(held(n=10, kl=[None] + [0.04] * 9))
+    assert "held_at_reference" not in finding_names(held(n=10, kl=[None] * 2 + [0.04] * 8))
+    # a zero gradient is the frozen ratio's (or tied groups'), not this one
+    assert "held_at_reference" not in finding_names(held(grad_norm=0.0))
+    # without evaluations: the reward must not move
+    flat = steps(8, kl=0.04, response_length=4.0)
+    assert finding_names(flat) == ["held_at_reference"]
+    assert only(flat, "held_at_reference").detail.endswith("while the reward barely moves")
+    rising = steps(8, kl=0.04, response_length=4.0, mean_reward=[0.0] * 4 + [1.0] * 4)
+    assert "held_at_reference" not in finding_names(rising)
+
+
+def test_held_at_reference_names_the_kl_cause_on_the_capstone_run_a():
+    """The review's case (issue 39): diagnose() pointed at the learning rate on run A."""
+    from pgrl_helpers import checks
+
+    found = diagnose(checks.broken_run("A"), reward_max=4)
+    assert found[0].name == "held_at_reference", [f.name for f in found]
+    assert "kl_coef" in found[0].causes and "lower kl_coef" in found[0].fixes
+    for run_name in ("B", "C"):
+        assert "held_at_reference" not in names(diagnose(checks.broken_run(run_name)))
 
 
 # ---- clip fraction --------------------------------------------------------------------

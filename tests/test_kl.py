@@ -30,6 +30,7 @@ from pgrl_helpers.masking import masked_normalize
 from pgrl_helpers.models import LectureModel
 from pgrl_helpers.sampling import compute_log_probs, sample_responses
 from pgrl_helpers.sort_task import lecture_prompts
+from pgrl_helpers.training import run_policy_gradient
 
 #: Other test files whose tests also pin pgrl_helpers/kl.py (tests/mutation.py).
 MUTATION_ALSO = ("integration/test_framework_agreement.py", "test_config.py")
@@ -272,13 +273,45 @@ def test_build_kl_controller():
     assert (adaptive.value, adaptive.target, adaptive.horizon) == (0.2, 1.0, 50)
 
 
-def test_penalty_uses_this_beta_then_updates():
+def test_penalty_is_beta_times_kl_and_leaves_beta_alone():
     controller = AdaptiveKLController(0.5, target=1.0, horizon=10)
-    term = controller.penalty(torch.tensor(3.0), 5)
-    assert term.item() == 1.5  # beta_t = 0.5 times KL 3
-    assert controller.value == pytest.approx(0.5 * (1 + 0.2 * 5 / 10))
+    assert controller.penalty(torch.tensor(3.0)).item() == 1.5  # beta_t = 0.5 times KL 3
+    assert controller.value == 0.5  # only update() moves beta
     fixed = FixedKLController(0.25)
-    assert fixed.penalty(torch.tensor(2.0), 5).item() == 0.5 and fixed.value == 0.25
+    assert fixed.penalty(torch.tensor(2.0)).item() == 0.5 and fixed.value == 0.25
+
+
+def test_the_loop_adapts_beta_once_per_batch_from_its_first_steps_kl(monkeypatch):
+    """R1 (code review r4): lm-human-preferences updates beta once per rollout batch with
+    n_steps = the batch size; the loop updated it at every optimizer step (here 4x per batch).
+    A spy logs each update and the beta of each penalty."""
+    updates, betas = [], []
+    real_update, real_penalty = AdaptiveKLController.update, AdaptiveKLController.penalty
+
+    def update(self, current_kl, n_steps):
+        updates.append((current_kl, n_steps))
+        return real_update(self, current_kl, n_steps)
+
+    def penalty(self, kl, *args):
+        betas.append(self.value)
+        return real_penalty(self, kl, *args)
+
+    monkeypatch.setattr(AdaptiveKLController, "update", update)
+    monkeypatch.setattr(AdaptiveKLController, "penalty", penalty)
+    epochs, inner, horizon, target, beta = 3, 4, 60, 1e-3, 0.1
+    config = TrainConfig(
+        kl_coef=beta, kl_target=target, kl_horizon=horizon, num_epochs=epochs,
+        num_steps_per_epoch=inner, eval_every=epochs,
+    )  # fmt: skip
+    steps = run_policy_gradient(config).steps()
+    first_kl = [s["kl"] for s in steps if s["inner_step"] == 0]
+    assert updates == [(kl, 3 * 10) for kl in first_kl]  # 3 lecture prompts x G = 10
+    expected = []
+    for kl in first_kl:  # Ziegler et al.: beta_{t+1} = beta_t (1 + clip(KL/target - 1) n / H)
+        expected += [beta] * inner
+        beta *= 1 + min(max(kl / target - 1, -0.2), 0.2) * 30 / horizon
+    assert betas == pytest.approx(expected, rel=1e-12)
+    assert len(set(betas)) == epochs  # beta moved after each batch, and only then
 
 
 # --- mutants ---

@@ -17,6 +17,7 @@ from pgrl_helpers.offpolicy import (
     StaleSource,
     check_off_policy_fields,
     corrected_weights,
+    cut_fraction,
     effective_sample_size,
     importance_weights,
     mismatched_sampler,
@@ -64,7 +65,10 @@ def test_staleness_zero_is_on_policy_exactly(name):
     assert any(not torch.equal(p, q) for p, q in zip(_params(on), _params(lagged)))
 
 
-def test_the_sampler_lags_k_epochs():
+@pytest.mark.parametrize("samples_per_epoch", [1, 3])
+def test_the_sampler_lags_k_epochs(samples_per_epoch):
+    """Every sample of an epoch (a refill of dynamic sampling too) uses the weights of the
+    start of epoch e - k: a version per epoch, not per sample call (code review r4, B4)."""
     config = TrainConfig(rollout_source="stale", staleness=2)
     policy = LectureModel(5, 4, 3, 3, seed=0)
     source = StaleSource(policy, config)
@@ -72,13 +76,16 @@ def test_the_sampler_lags_k_epochs():
     starts = []  # the trainer's weights at the start of each epoch
     for epoch in range(6):
         starts.append([p.detach().clone() for p in policy.parameters()])
-        source.sample(prompts, 2, torch.Generator().manual_seed(0))
-        expected = starts[max(0, epoch - 2)]
-        for p, q in zip(source.sampler.parameters(), expected):
-            assert torch.equal(p, q), epoch
-        with torch.no_grad():  # the "optimizer steps" of this epoch
-            for p in policy.parameters():
-                p.add_(0.1 * (epoch + 1))
+        for _ in range(samples_per_epoch):
+            source.sample(prompts, 2, torch.Generator().manual_seed(0))
+            expected = starts[max(0, epoch - 2)]
+            for p, q in zip(source.sampler.parameters(), expected):
+                assert torch.equal(p, q), epoch
+        for _ in range(2):  # the optimizer steps of this epoch
+            with torch.no_grad():
+                for p in policy.parameters():
+                    p.add_(0.1 * (epoch + 1))
+            source.after_optimizer_step()
 
 
 def test_mismatched_sampler_log_probs():
@@ -446,7 +453,7 @@ def _stale_rollout(correction, level="token", cap=1.2):
     responses, mask = source.sample(PROMPTS, 6, torch.Generator().manual_seed(3))
     mask = mask.clone()
     mask[0, 0, 2:] = 0  # a shorter response
-    rollout = SimpleNamespace(prompts=PROMPTS, responses=responses, mask=mask)
+    rollout = SimpleNamespace(prompts=PROMPTS, responses=responses, mask=mask, metrics={})
     with torch.no_grad():
         old = source.old_log_probs(rollout)
         behaviour = mismatched_sampler(policy, 1.7).log_probs(PROMPTS, responses)
@@ -479,7 +486,12 @@ def test_the_stale_source_keeps_staleness_plus_one_versions():
     policy = LectureModel(*POLICY_ARGS, seed=0)
     source = StaleSource(policy, _config(rollout_source="stale", staleness=2))
     assert source.versions.maxlen == 3 and source.policy is policy
-    source.after_optimizer_step()  # nothing to do: the versions are taken in sample
+    for _ in range(5):  # epochs of one sample and one optimizer step
+        source.sample(PROMPTS, 2, torch.Generator().manual_seed(0))
+        assert source.trainer_moved is False  # a refill now would reuse this version
+        source.after_optimizer_step()
+        assert source.trainer_moved is True
+    assert len(source.versions) == 3
 
 
 def test_a_weight_equal_to_the_cap_is_not_cut():
@@ -502,7 +514,7 @@ def test_the_stale_source_samples_with_the_configured_dtype():
     config = _config(rollout_source="stale", sampler_dtype="float16")
     source = StaleSource(policy, config)
     responses, mask = source.sample(PROMPTS, 4, torch.Generator().manual_seed(3))
-    rollout = SimpleNamespace(prompts=PROMPTS, responses=responses, mask=mask)
+    rollout = SimpleNamespace(prompts=PROMPTS, responses=responses, mask=mask, metrics={})
     with torch.no_grad():
         old = source.old_log_probs(rollout)  # correction 'none': the sampler's log-probs
         half = mismatched_sampler(policy, dtype="float16").log_probs(PROMPTS, responses)
@@ -540,7 +552,7 @@ def test_the_stale_source_applies_the_low_cap(correction):
     policy = LectureModel(*POLICY_ARGS, seed=0)
     source = StaleSource(policy, config)
     responses, mask = source.sample(PROMPTS, 6, torch.Generator().manual_seed(3))
-    rollout = SimpleNamespace(prompts=PROMPTS, responses=responses, mask=mask)
+    rollout = SimpleNamespace(prompts=PROMPTS, responses=responses, mask=mask, metrics={})
     with torch.no_grad():
         source.old_log_probs(rollout)
         behaviour = mismatched_sampler(policy, 1.7).log_probs(PROMPTS, responses)
@@ -550,3 +562,48 @@ def test_the_stale_source_applies_the_low_cap(correction):
     expected = corrected_weights(raw, correction, 1.2, cap_low=0.9)
     torch.testing.assert_close(rollout.loss_weights, expected)
     assert not torch.equal(expected, corrected_weights(raw, correction, 1.2))
+
+
+def _source_with_weights(weights: torch.Tensor, **fields):
+    """A StaleSource whose raw token weights pi_prox / pi_samp are ``weights`` [1, 1, pos]."""
+    config = _config(rollout_source="stale", **fields)
+    source = StaleSource(LectureModel(*POLICY_ARGS, seed=0), config)
+    source.policy = SimpleNamespace(log_probs=lambda prompts, responses: weights.log())
+    source.sampler = SimpleNamespace(log_probs=lambda prompts, responses: torch.zeros_like(weights))
+    return source
+
+
+@pytest.mark.parametrize("correction", ["tis", "mis"])
+def test_is_cut_fraction_counts_both_cuts_of_two_sided_weights(correction):
+    """R2 (code review r4): weights [0.1, 0.3, 0.9, 1.0, 1.1, 3.0], C = 2, C_low = 0.5: MIS
+    drops 3 of 6 (TIS changes the same 3), and the metric says 0.5, not 1/6."""
+    w = torch.tensor([[[0.1, 0.3, 0.9, 1.0, 1.1, 3.0]]])
+    rollout = SimpleNamespace(prompts=None, responses=None, mask=torch.ones_like(w), metrics={})
+    source = _source_with_weights(
+        w, off_policy_correction=correction, correction_cap=2.0, correction_cap_low=0.5
+    )
+    source.old_log_probs(rollout)
+    changed = ~torch.isclose(rollout.loss_weights, w)  # truncated or dropped
+    assert changed.sum() == 3 and rollout.metrics["is_cut_fraction"] == 0.5
+    one_sided = _source_with_weights(w, off_policy_correction=correction, correction_cap=2.0)
+    one_sided.old_log_probs(rollout)
+    assert rollout.metrics["is_cut_fraction"] == pytest.approx(1 / 6)
+
+
+def test_cut_fraction_keeps_the_weights_on_either_bound():
+    w = torch.tensor([0.25, 0.5, 1.0, 2.0, 4.0])
+    assert cut_fraction(w, 2.0, 0.5) == pytest.approx(2 / 5)  # 0.25 and 4.0; 0.5 and 2.0 kept
+    assert cut_fraction(w, 2.0) == pytest.approx(1 / 5)
+    assert cut_fraction(w, 2.0, 0.0) == pytest.approx(1 / 5)  # a floor of 0 cuts nothing
+
+
+def test_the_stale_source_adds_to_the_metrics_a_batch_filter_wrote():
+    """B3 (code review r4): the source replaced rollout.metrics, dropping dynamic sampling's."""
+    w = torch.tensor([[[0.5, 1.0, 3.0]]])
+    written = {"dynamic_sampling_draws": 2, "dynamic_sampling_fill": 1.0}
+    rollout = SimpleNamespace(
+        prompts=None, responses=None, mask=torch.ones_like(w), metrics=dict(written)
+    )
+    _source_with_weights(w, off_policy_correction="tis").old_log_probs(rollout)
+    assert rollout.metrics.items() >= written.items()
+    assert {"ess_fraction", "is_weight_max", "is_cut_fraction"} <= rollout.metrics.keys()

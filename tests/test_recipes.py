@@ -32,7 +32,7 @@ FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
 
 def test_the_table_names_the_methods_of_the_course():
     assert {"lecture", "grpo", "dr_grpo", "dapo", "gspo", "cispo", "rloo", "reinforce_pp",
-            "notebook_08"} <= set(RECIPES)  # fmt: skip
+            "notebook_08", "generalizing_transformer"} <= set(RECIPES)  # fmt: skip
     assert RECIPES["lecture"] == {}
     assert TrainConfig.preset("lecture") == TrainConfig()
 
@@ -81,6 +81,19 @@ def test_the_methods_differ_where_their_papers_do():
     assert all(TrainConfig.preset(name).kl_coef == 0 for name in RECIPES)
 
 
+def test_the_run_that_learns_is_a_preset_and_the_dashboards_default():
+    config = TrainConfig.preset("generalizing_transformer")
+    config.validate()
+    assert (config.model, config.prompt_source, config.num_epochs) == ("transformer", "random", 200)
+    widgets = pytest.importorskip("pgrl_helpers.widgets")  # the dashboard reads the recipe
+    assert widgets.PRESETS["generalizing transformer"] == (config, 1.0)
+    assert widgets.DEFAULT_PRESET == "generalizing transformer"
+    sizes = {k: getattr(config, k) for k in widgets.MODEL_DEFAULTS["transformer"]}
+    assert sizes == widgets.MODEL_DEFAULTS["transformer"], "the dashboard's transformer sizes"
+    source = (REPO / "pgrl_helpers" / "widgets.py").read_text()
+    assert 'TrainConfig.preset("generalizing_transformer")' in source, "one home, not a copy"
+
+
 def test_bench_objectives_reads_its_table_from_the_recipes():
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
@@ -125,5 +138,5 @@ def test_the_notebook_08_recipe_is_notebook_08s_last_run():
         if isinstance(value, ast.Name):  # a constant of the notebook, e.g. PROMPT_LENGTH
             value = assignments[value.id]
         settings[keyword.arg] = ast.literal_eval(value)
-    settings.pop("progress")  # display only
+    settings.pop("progress", None)  # display only
     assert TrainConfig(**settings) == TrainConfig.preset("notebook_08")

@@ -1,5 +1,6 @@
-"""seed_stats.compare_seeds / format_comparison / permutation_p_value: exact values that a wrong
-implementation would miss, and planted faults that these checks reject."""
+"""seed_stats.compare_seeds / format_comparison / permutation_p_value /
+paired_permutation_p_value: exact values that a wrong implementation would miss, and planted
+faults that these checks reject."""
 
 import itertools
 import math
@@ -9,7 +10,13 @@ import statistics
 import pytest
 
 from pgrl_helpers import seed_stats
-from pgrl_helpers.seed_stats import compare_seeds, format_comparison, permutation_p_value
+from pgrl_helpers.seed_stats import (
+    compare_seeds,
+    format_comparison,
+    pair_by_seed,
+    paired_permutation_p_value,
+    permutation_p_value,
+)
 
 
 def reference_p(a, b):
@@ -243,3 +250,178 @@ def test_planted_worst_seed_fault_is_caught():
 def test_planted_verdict_faults_are_caught(verdict_fn):
     with pytest.raises(AssertionError):
         check_verdicts(_compare_with(verdict=verdict_fn))
+
+
+# ------------------------------------------------------------------ paired (sign-flip) test
+
+
+def reference_paired_p(a, b):
+    """Independent exact two-sided paired p: every way to swap the two values *within* some
+    pairs (bit masks), the statistic |mean(a') - mean(b')| in exact fractions. Swapping a pair
+    is what flipping the sign of its difference means; this reference never forms d_k."""
+    from fractions import Fraction
+
+    a = [Fraction(v).limit_denominator(10**9) for v in a]
+    b = [Fraction(v).limit_denominator(10**9) for v in b]
+    n = len(a)
+    observed = abs(sum(a) / n - sum(b) / n)
+    hits = 0
+    for mask in range(2**n):
+        x = [b[k] if mask >> k & 1 else a[k] for k in range(n)]
+        y = [a[k] if mask >> k & 1 else b[k] for k in range(n)]
+        hits += abs(sum(x) / n - sum(y) / n) >= observed
+    return hits / 2**n
+
+
+def check_paired_p_values(p_fn):
+    zeros = [0.0, 0.0, 0.0]
+    # By hand: d = [3, 1, 1]: sums of +-3 +-1 +-1 are 5, 3, 3, 1, -1, -3, -3, -5; |.| >= 5 twice.
+    assert p_fn([3.0, 1.0, 1.0], zeros) == pytest.approx(2 / 8, abs=1e-15)
+    # d = [3, 1, -1]: observed |3|; 5, 3, 3, -3, -3, -5 reach it: 6 of 8.
+    assert p_fn([3.0, 1.0, -1.0], zeros) == pytest.approx(6 / 8, abs=1e-15)
+    # Five seeds, every one better: only the all-plus and all-minus patterns, 2/32.
+    assert p_fn([1.1, 2.3, 3.2, 4.9, 5.4], [1.0, 2.0, 3.0, 4.0, 5.0]) == pytest.approx(
+        2 / 32, abs=1e-15
+    )
+    assert p_fn([0.5, 0.7], [0.5, 0.7]) == 1.0  # no difference at all
+    assert p_fn([2.0], [1.0]) == 1.0  # one pair: +d and -d, both as extreme
+    # The pairing matters: the same values, paired differently, give another p.
+    assert p_fn([10.0, 20.0, 30.0, 40.0, 50.0], [9.0, 19.0, 29.0, 39.0, 49.0]) == pytest.approx(
+        2 / 32, abs=1e-15
+    )
+    assert p_fn([10.0, 20.0, 30.0, 40.0, 50.0], [49.0, 39.0, 29.0, 19.0, 9.0]) > 0.5
+    rng = random.Random(1)
+    for _ in range(20):
+        n = rng.randint(1, 7)
+        base = [rng.gauss(0.5, 0.3) for _ in range(n)]  # a per-seed level both arms share
+        a = [round(v + rng.gauss(0.05, 0.05), 3) for v in base]
+        b = [round(v + rng.gauss(0.0, 0.05), 3) for v in base]
+        assert p_fn(a, b) == pytest.approx(reference_paired_p(a, b), abs=1e-12), (a, b)
+
+
+def test_paired_p_values():
+    check_paired_p_values(paired_permutation_p_value)
+    check_paired_p_values(lambda a, b: compare_seeds(a, b, paired=True)["p_value"])
+
+
+def test_paired_p_ignores_what_the_seeds_share():
+    """Adding any per-seed offset to both arms leaves the paired p unchanged (the unpaired p
+    moves): the paired test compares each seed with itself."""
+    a, b = [0.62, 0.71, 0.55, 0.80, 0.66], [0.60, 0.69, 0.56, 0.75, 0.61]
+    offsets = [0.0, 3.0, -2.0, 10.0, 5.0]
+    shifted_a = [x + c for x, c in zip(a, offsets)]
+    shifted_b = [y + c for y, c in zip(b, offsets)]
+    p = paired_permutation_p_value(a, b)
+    assert paired_permutation_p_value(shifted_a, shifted_b) == pytest.approx(p, abs=1e-15)
+    assert paired_permutation_p_value(b, a) == pytest.approx(p, abs=1e-15)
+    assert permutation_p_value(shifted_a, shifted_b) != pytest.approx(permutation_p_value(a, b))
+
+
+def test_unpaired_test_on_paired_data_gives_another_answer():
+    """The mistake the paired test exists for, both ways round. Every seed of A beats its own
+    seed of B by a little while the seeds differ a lot: the unpaired test sees noise (p ~ 0.7),
+    the paired one the best five pairs can show (2/32). And five seeds each, A above B
+    everywhere: the unpaired test says p = 2/252 < 0.05, but five pairs cannot reach 0.05."""
+    a, b = [10.0, 20.0, 30.0, 40.0, 50.0], [9.0, 19.0, 29.0, 39.0, 49.0]
+    assert permutation_p_value(a, b) > 0.5
+    assert paired_permutation_p_value(a, b) == pytest.approx(2 / 32)
+    high, low = [0.9, 0.8, 1.0, 0.95, 0.85], [0.1, 0.2, 0.3, 0.25, 0.15]
+    unpaired = compare_seeds(high, low, "A", "B")
+    paired = compare_seeds(high, low, "A", "B", paired=True)
+    assert (unpaired["p_value"], unpaired["verdict"]) == (
+        pytest.approx(2 / 252),
+        "A better (p < 0.05)",
+    )
+    assert (paired["p_value"], paired["verdict"]) == (pytest.approx(2 / 32), "within seed noise")
+    assert paired["paired"] is True and "paired" not in unpaired
+
+
+def test_paired_comparison_keeps_medians_worst_seeds_and_verdicts():
+    check_worst_seed(lambda *args, **kw: compare_seeds(*args, **kw, paired=True))
+    ten_up = compare_seeds(
+        [float(v) + 1 for v in range(10)], [float(v) for v in range(10)], "A", "B", paired=True
+    )
+    assert (
+        ten_up["p_value"] == pytest.approx(2 / 1024) and ten_up["verdict"] == "A better (p < 0.05)"
+    )
+    lower_better = compare_seeds(
+        [float(v) + 1 for v in range(10)],
+        [float(v) for v in range(10)],
+        "A",
+        "B",
+        higher_is_better=False,
+        paired=True,
+    )
+    assert lower_better["verdict"] == "B better (p < 0.05)"
+
+
+def test_format_names_the_paired_test():
+    result = compare_seeds(
+        [0.9, 0.8, 1.0, 0.95, 0.85], [0.1, 0.2, 0.3, 0.25, 0.15], "A", "B", paired=True
+    )
+    assert format_comparison(result) == (
+        "A: median 0.900, worst 0.800 (5 seeds) | B: median 0.200, worst 0.100 (5 seeds)"
+        " | exact paired sign-flip p = 0.062 -> within seed noise"
+    )
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "kwargs", "match"),
+    [
+        ([1.0, 2.0], [1.0], {}, "a has 2 values, b has 1"),
+        ([], [], {}, "at least one value"),
+        ([1.0, math.nan], [1.0, 2.0], {}, "a must hold finite"),
+        ([1.0, 2.0], [1.0, -math.inf], {}, "b must hold finite"),
+        ([0.0] * 21, [1.0] * 21, {}, "MAX_PAIRS"),
+    ],
+)
+def test_paired_bad_input_is_a_clear_error(a, b, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        paired_permutation_p_value(a, b)
+    with pytest.raises(ValueError, match=match):
+        compare_seeds(a, b, paired=True)
+
+
+def test_paired_must_be_a_bool():
+    with pytest.raises(ValueError, match="paired must be True or False"):
+        compare_seeds([1.0], [2.0], paired="yes")
+
+
+def _one_sided_paired_p(a, b):
+    diffs = [x - y for x, y in zip(a, b)]
+    observed = sum(diffs)
+    patterns = list(itertools.product((1, -1), repeat=len(diffs)))
+    return sum(sum(s * d for s, d in zip(p, diffs)) >= observed - 1e-12 for p in patterns) / len(
+        patterns
+    )
+
+
+def _strict_paired_p(a, b):
+    diffs = [x - y for x, y in zip(a, b)]
+    observed = abs(sum(diffs))
+    patterns = list(itertools.product((1, -1), repeat=len(diffs)))
+    return sum(abs(sum(s * d for s, d in zip(p, diffs))) > observed + 1e-12 for p in patterns) / (
+        len(patterns)
+    )
+
+
+def _pairs_broken_p(a, b):
+    """Pairs the values after sorting each arm: the pairing is no longer by seed."""
+    return paired_permutation_p_value(sorted(a), sorted(b))
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [permutation_p_value, _one_sided_paired_p, _strict_paired_p, _pairs_broken_p],
+    ids=["unpaired_test", "one_sided", "drops_observed", "pairs_broken"],
+)
+def test_planted_paired_faults_are_caught(planted):
+    with pytest.raises(AssertionError):
+        check_paired_p_values(planted)
+
+
+def test_pair_by_seed_keeps_the_shared_seeds_in_order():
+    seeds, a, b = pair_by_seed({3: 0.3, 0: 0.0, 7: 0.7}, {7: 1.7, 0: 1.0, 5: 1.5})
+    assert (seeds, a, b) == ([0, 7], [0.0, 0.7], [1.0, 1.7])
+    with pytest.raises(ValueError, match="share no seed"):
+        pair_by_seed({0: 1.0}, {1: 1.0})

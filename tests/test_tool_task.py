@@ -16,10 +16,13 @@ from pgrl_helpers.tool_task import (
     GRADER_SLOT,
     GREEDY_PRICE_SEED,
     RESPONSE_LENGTH,
+    TOOL_SLOTS,
     ToolCompareTask,
     ToolUsePolicy,
     compare_tool,
     hidden_prices,
+    keyed_prices,
+    price_key_seed,
     run_tool_episodes,
     tool_mask,
 )
@@ -69,7 +72,71 @@ def test_hidden_prices_are_permutations_drawn_with_the_generator():
 
 def test_tool_mask_and_the_planted_bug():
     assert tool_mask((1, 1)).tolist() == [[[1.0, 1.0, 0.0, 0.0, 1.0, 0.0]]]
-    assert tool_mask((2, 3), mask_tool_tokens=False).eq(1).all()
+    # the bug lets the tool's reply in, never the grader's right answer
+    assert tool_mask((1, 1), mask_tool_tokens=False).tolist() == [[[1.0, 1.0, 1.0, 1.0, 1.0, 0.0]]]
+    assert tool_mask((2, 3), mask_tool_tokens=False)[..., GRADER_SLOT].eq(0).all()
+    assert tool_mask((2, 3), mask_tool_tokens=False)[..., list(TOOL_SLOTS)].eq(1).all()
+
+
+def _answers(policy, prompts):
+    """(grader's answer, policy's answer) per prompt of greedy episodes: int[batch, 2]."""
+    return policy.greedy(prompts)[:, 0, [GRADER_SLOT, ANSWER_SLOT]]
+
+
+def test_greedy_evaluation_scores_a_prompt_not_its_position():
+    """Review R3: the grader's answer and the episode of a prompt must not depend on its row in
+    the evaluated batch, nor on the other prompts (the old code drew one price order per row
+    from one seeded generator: [[0, 1], [2, 3]] -> answers [1, 2], swapped -> [0, 2])."""
+    policy = ToolUsePolicy(8, d_model=32, num_layers=1, num_heads=2, seed=0)
+    prompts = torch.tensor([[0, 1], [2, 3], [5, 7], [6, 4], [1, 0]])
+    together = _answers(policy, prompts)
+    swapped = _answers(policy, prompts.flip(0)).flip(0)
+    assert torch.equal(together, swapped)
+    for i in range(len(prompts)):
+        assert torch.equal(_answers(policy, prompts[i : i + 1])[0], together[i])
+    # [a, b] and [b, a] are the same question with the same hidden prices
+    assert together[0, 0] == together[4, 0]
+    # many prompts in many orders: the grader's answer is a function of the set {a, b}
+    grid = torch.tensor([[a, b] for a in range(8) for b in range(8)])
+    order = torch.randperm(len(grid), generator=torch.Generator().manual_seed(0))
+    first, second = _answers(policy, grid), _answers(policy, grid[order])
+    assert torch.equal(first[order], second)
+
+
+def test_keyed_prices_depend_on_the_key_and_the_seed_only():
+    prompts = torch.tensor([[1, 3], [2, 2], [3, 1]])
+    prices = keyed_prices(prompts, 4, V, seed=7)  # [(batch draw), V]
+    assert prices.shape == (12, V) and prices.dtype == torch.int64
+    assert (prices.sort(dim=-1).values == torch.arange(V)).all()
+    assert torch.equal(prices[:4], prices[8:])  # {1, 3} in either order
+    assert not torch.equal(prices[:4], prices[4:8])  # another set, other prices
+    assert len({tuple(r) for r in prices[:4].tolist()}) > 1  # fresh prices per draw
+    alone = keyed_prices(prompts[1:2], 4, V, seed=7)
+    assert torch.equal(alone, prices[4:8])
+    assert torch.equal(
+        keyed_prices(prompts, 2, V, seed=7).view(3, 2, V), prices.view(3, 4, V)[:, :2]
+    )
+    assert not torch.equal(keyed_prices(prompts, 4, V, seed=8), prices)
+    assert price_key_seed(7, 1, 3) == price_key_seed(7, 3, 1) != price_key_seed(8, 1, 3)
+    assert 0 <= price_key_seed(0, 0, 0) < 2**63
+    with pytest.raises(ValueError, match="^seed must be an int >= 0"):
+        keyed_prices(prompts, 1, V, seed=-1)
+    with pytest.raises(ValueError, match="num_draws"):
+        keyed_prices(prompts, 0, V, seed=0)
+
+
+def test_price_seed_makes_evaluation_episodes_independent_of_the_batch():
+    policy = _policy()
+    prompts = torch.tensor([[0, 4], [3, 1], [2, 2]])
+    run = run_tool_episodes(policy, prompts, 5, greedy=True, price_seed=3)
+    flipped = run_tool_episodes(policy, prompts.flip(0), 5, greedy=True, price_seed=3).flip(0)
+    assert torch.equal(run, flipped)
+    prices = keyed_prices(prompts, 5, V, 3)
+    flat = run.reshape(15, RESPONSE_LENGTH)
+    items = prompts.repeat_interleave(5, dim=0)
+    assert torch.equal(
+        flat[:, GRADER_SLOT], compare_tool(items[:, 0], items[:, 1], prices, EOS)[:, 0]
+    )
 
 
 def test_task_reward_exact_key_and_calls():
@@ -226,13 +293,16 @@ def test_policy_errors_and_greedy_seed():
     assert policy.prompt_length == 2
     bug = _policy(mask_tool_tokens=False)
     _, mask = bug.sample(torch.tensor([[1, 2]]), 2, torch.Generator().manual_seed(0))
-    assert mask.eq(1).all()
+    assert torch.equal(mask, tool_mask((1, 2), False))
     prompts = torch.tensor([[1, 2], [4, 0]])
     greedy = policy.greedy(prompts)
-    expected = run_tool_episodes(
-        policy, prompts, 1, torch.Generator().manual_seed(GREEDY_PRICE_SEED), greedy=True
-    )
+    expected = run_tool_episodes(policy, prompts, 1, greedy=True, price_seed=GREEDY_PRICE_SEED)
     assert torch.equal(greedy, expected) and GREEDY_PRICE_SEED == 0
+    every_pair = torch.tensor([[a, b] for a in range(V) for b in range(V) if a != b])
+    other_seed = run_tool_episodes(policy, every_pair, 1, greedy=True, price_seed=1)
+    assert not torch.equal(
+        policy.greedy(every_pair)[..., GRADER_SLOT], other_seed[..., GRADER_SLOT]
+    )
     policy.train()
     policy.sample(prompts, 1, torch.Generator().manual_seed(0))
     assert policy.training  # the sampler restores the mode

@@ -40,6 +40,7 @@ from .capstone import (  # noqa: F401
     CAPSTONE_TASK,
     CAUSES,
     RUN_NAMES,
+    WrongDiagnosis,
     broken_config,
     broken_run,
     check_broken_run,
@@ -92,6 +93,7 @@ from .rewards import (  # noqa: F401
 )
 from .training import (  # noqa: F401
     TRAINING_BUDGET,
+    TRAINING_STOP,
     TRAINING_TARGET,
     TRAINING_TASK,
     check_training_config,

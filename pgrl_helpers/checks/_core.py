@@ -26,6 +26,18 @@ class CheckResult:
         return f"{self.status} {self.name}: {self.message}"
 
 
+#: Names of the package's own functions handed to the running check (see ``_call``).
+_from_package: list[str] = []
+
+
+def _package_name(fn) -> str | None:
+    """'module.qualname' when ``fn`` is one of this package's own functions, else None."""
+    module = getattr(fn, "__module__", None) or ""
+    if module.split(".")[0] != "pgrl_helpers" or module.startswith("pgrl_helpers.checks"):
+        return None
+    return f"{module}.{getattr(fn, '__qualname__', getattr(fn, '__name__', '?'))}"
+
+
 class _Failed(Exception):
     """Raised inside a diagnosis: the student's code shows the mistake in the message."""
 
@@ -35,7 +47,12 @@ class _NotImplemented(Exception):
 
 
 def _run(name: str, diagnose: Callable[[], str], strict: bool) -> CheckResult | None:
-    """Run ``diagnose`` (returns the pass detail or raises _Failed); print or raise."""
+    """Run ``diagnose`` (returns the pass detail or raises _Failed); print or raise.
+
+    A function taken from this package (e.g. ``pgrl_helpers.masking.masked_mean`` handed in
+    as the answer) passes the visible check with a note and fails the graded one
+    (``strict=True``): the exercise is to write it."""
+    _from_package.clear()
     try:
         result = CheckResult(name, PASS, diagnose())
     except _NotImplemented:
@@ -47,6 +64,23 @@ def _run(name: str, diagnose: Callable[[], str], strict: bool) -> CheckResult | 
         )
     except _Failed as err:
         result = CheckResult(name, FAIL, str(err))
+    if result.passed and _from_package:
+        copied = _from_package[0]
+        if strict:
+            result = CheckResult(
+                name,
+                FAIL,
+                f"your function is {copied}, the package's own implementation: the graded "
+                "check needs your own code (see 'How this works' at the top)",
+            )
+        else:
+            result = CheckResult(
+                name,
+                PASS,
+                f"{result.message} (note: your function is {copied}, the package's own "
+                "implementation; the graded check refuses it: write your own)",
+            )
+    _from_package.clear()
     if strict:
         if not result.passed:
             raise AssertionError(str(result))
@@ -71,6 +105,9 @@ def _call(fn: Callable, *args, **kwargs):
     """Call the student's function; NotImplementedError -> TODO, any other error -> FAIL."""
     if not callable(fn):
         raise _Failed(f"expected a function, got {type(fn).__name__}")
+    copied = _package_name(fn)
+    if copied is not None and copied not in _from_package:
+        _from_package.append(copied)
     try:
         return fn(*args, **kwargs)
     except NotImplementedError as err:

@@ -129,6 +129,17 @@ def check_normalized_deltas(fn: Callable, *, seed: int = 0, strict: bool = False
                 "(dim=-1)",
             ),
             (
+                centred / (r.std(0, keepdim=True) + eps),
+                "the std over the wrong axis (batch, dim=0): you centred within each group but "
+                "divided by the std across prompts; divide by each group's own std (over "
+                "trial, dim=-1, keepdim=True)",
+            ),
+            (
+                centred / (r.std() + eps),
+                "you divided by the std of the whole batch; divide by each group's own std "
+                "(over trial, dim=-1, keepdim=True)",
+            ),
+            (
                 (r - r.mean()) / (r.std() + eps),
                 "you normalised with the mean and std of the whole batch; use each group's "
                 "own (over trial, dim=-1, keepdim=True)",

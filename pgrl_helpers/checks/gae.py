@@ -50,14 +50,18 @@ def _td(rewards, values, mask, gamma, bootstrap_padding=False):
     return (rewards * mask + gamma * _shift(v) - values * mask) * mask
 
 
-def _recursion(td, mask, factor, forward=False):
-    """A_t = delta_t + factor * A_{t+1} (forward=True: + factor * A_{t-1}), 0 on padding."""
+def _recursion(td, mask, factor, forward=False, store_before=False):
+    """A_t = delta_t + factor * A_{t+1} (forward=True: + factor * A_{t-1}), 0 on padding.
+    store_before=True plants the off-by-one: slot t gets A_{t+1}, stored before the update."""
     out = torch.zeros_like(td)
     running = torch.zeros_like(td[..., 0])
     order = range(td.shape[-1]) if forward else reversed(range(td.shape[-1]))
     for t in order:
+        if store_before:
+            out[..., t] = running
         running = td[..., t] + factor * running
-        out[..., t] = running
+        if not store_before:
+            out[..., t] = running
     return out * mask
 
 
@@ -85,6 +89,14 @@ def check_td_errors(fn: Callable, *, seed: int = 0, strict: bool = False):
             return (
                 f"TD errors match on {mask.shape[0] * mask.shape[1]} padded responses (lengths "
                 f"{list(GAE_LENGTHS)}), V = 0 after each last real token, 0 on padding"
+            )
+        real = mask > 0
+        if _close(out[real], want[real], 1e-5):
+            slots = int((out.detach()[~real] != 0).sum())
+            raise _Failed(
+                f"right on every real token, but {slots} padding slot(s) are not 0: padding "
+                "slots must be 0 (multiply by the mask, or torch.where(mask > 0, delta, 0), "
+                "at the end)"
             )
         unmasked = rewards + GAMMA * _shift(values) - values
         mistake = _first_match(
@@ -151,6 +163,13 @@ def check_gae(fn: Callable, *, seed: int = 0, strict: bool = False):
                 )
             if _close(out, want, 1e-5):
                 continue
+            real = mask > 0
+            if _close(out[real], want[real], 1e-5):
+                raise _Failed(
+                    f"right on every real token at {label}, but "
+                    f"{int((out.detach()[~real] != 0).sum())} padding slot(s) are not 0: "
+                    "padding slots must be 0 (multiply by the mask)"
+                )
             td = _td(rewards, values, mask, gamma)
             mistake = _first_match(
                 out,
@@ -182,6 +201,12 @@ def check_gae(fn: Callable, *, seed: int = 0, strict: bool = False):
                     (
                         _recursion(td, mask, gamma),
                         f"the recursion factor is gamma * lambda; you used gamma only (at {label})",
+                    ),
+                    (
+                        _recursion(td, mask, gamma * lam, store_before=True),
+                        "off by one step: slot t holds A_{t+1}; you stored the running advantage "
+                        "before adding delta_t (update A = delta_t + gamma lambda A first, then "
+                        "store it at t)",
                     ),
                     (
                         _recursion(td, torch.ones_like(mask), gamma * lam),

@@ -21,8 +21,10 @@ from ._core import (
 
 #: Real tokens per response of the padded test batch [batch=2, trial=3, pos=5]: every length
 #: differs from its neighbours, so a per-response mean, a per-token mean and a constant
-#: normaliser give three different numbers.
-MASK_LENGTHS = ((5, 2, 3), (1, 4, 5))
+#: normaliser give three different numbers; the two prompts hold different token counts
+#: (10 and 7), so a per-prompt token mean (each prompt's tokens, then the prompts) differs
+#: from the batch's token mean too.
+MASK_LENGTHS = ((5, 2, 3), (1, 4, 2))
 #: A finite value planted in every padding slot: a mean that reads padding moves towards it.
 PADDING_VALUE = 50.0
 
@@ -102,25 +104,40 @@ def check_masked_mean(fn: Callable, *, seed: int = 0, strict: bool = False):
             )
         if not _close(out, masked_mean(nan_values, mask), 1e-5):
             raise _Failed("with NaN in the padding slots the value differs from the masked mean")
-        try:
-            empty = fn(values, torch.zeros_like(mask), dim=None)
-        except ValueError:
-            pass
-        except NotImplementedError as err:
-            raise _NotImplemented from err
-        except Exception as err:
+        one_empty = mask.clone()
+        one_empty[1, 0] = 0.0  # response (1, 0) has no real token left; the others do
+        for empty_mask, dim, what in (
+            (torch.zeros_like(mask), None, "an all-zero mask (dim=None)"),
+            (
+                one_empty,
+                -1,
+                "a mask whose response [1, 0] selects nothing (dim=-1: that slice's mean is 0/0)",
+            ),
+        ):
+            try:
+                empty = fn(values, empty_mask, dim=dim)
+            except ValueError:
+                continue
+            except NotImplementedError as err:
+                raise _NotImplemented from err
+            except Exception as err:
+                raise _Failed(
+                    f"{what} raised {type(err).__name__}; raise ValueError (the mean of "
+                    "nothing is undefined)"
+                ) from err
+            shown = empty.detach().tolist() if isinstance(empty, torch.Tensor) else empty
             raise _Failed(
-                f"an all-zero mask raised {type(err).__name__}; raise ValueError (the mean of "
-                "nothing is undefined)"
-            ) from err
-        else:
-            raise _Failed(
-                f"an all-zero mask returned {empty!r}; raise ValueError naming the problem "
-                "instead of returning 0/0 = NaN or 0"
+                f"{what} returned {shown!r}; raise ValueError naming the problem instead of "
+                "returning 0/0 = NaN or 0"
+                + (
+                    " (check every slice: (count == 0).any(), not only the whole mask)"
+                    if dim is not None
+                    else ""
+                )
             )
         return (
             "masked mean over every real token (dim=None) and per response (dim=-1); NaN in "
-            "padding stays out; an empty mask raises ValueError"
+            "padding stays out; an empty mask, or an empty slice along dim, raises ValueError"
         )
 
     __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
@@ -176,9 +193,16 @@ def check_aggregate_loss(fn: Callable, *, seed: int = 0, strict: bool = False):
                 "number of responses",
             ),
             "sum": (zeroed.sum(), "you returned the masked sum; normalise it"),
+            "per_prompt": (
+                (zeroed.sum((1, 2)) / mask.sum((1, 2))).mean(),
+                "a per-prompt token mean: you averaged the tokens of each prompt's group, then "
+                f"the prompts; here the prompts hold {mask.sum((1, 2)).int().tolist()} tokens, "
+                "so their tokens weigh differently. token_mean divides the token sum of the "
+                "whole batch by the batch's token count",
+            ),
         }
         plan = {
-            "token_mean": ["plain", "zeroed", "sequence_mean", "sum"],
+            "token_mean": ["plain", "zeroed", "sequence_mean", "per_prompt", "sum"],
             "sequence_mean": ["plain", "zeroed", "token_mean", "sum"],
             "constant_normalizer": ["plain", "own_length", "token_mean", "no_count", "sum"],
         }
@@ -211,9 +235,30 @@ def check_aggregate_loss(fn: Callable, *, seed: int = 0, strict: bool = False):
                     f"{aggregation}: value is right but the gradient per token differs "
                     "(a padding slot must get exactly 0)"
                 )
+        nan_values, _ = _padded_batch(seed, padding=float("nan"))
+        for aggregation in plan:
+            loss = nan_values.clone().requires_grad_(True)
+            out = _as_tensor(_call(fn, loss, mask, aggregation, length))
+            want = aggregate_loss(loss, mask, aggregation, normalize_constant=float(length))
+            leaked = not torch.isfinite(out.detach()).all()
+            if not leaked and out.requires_grad:
+                (got,) = torch.autograd.grad(out, loss, allow_unused=True)
+                leaked = got is not None and not torch.isfinite(got).all()
+            if leaked:
+                raise _Failed(
+                    f"{aggregation}: a NaN in a padding slot leaked into the loss (or its "
+                    "gradient): per_token_loss * mask gives 0 * NaN = NaN; select the real "
+                    "tokens instead (torch.where(mask > 0, per_token_loss, 0))"
+                )
+            if not _close(out, want, 1e-5):
+                raise _Failed(
+                    f"{aggregation}: with NaN in the padding slots the value differs from the "
+                    "reference"
+                )
         return (
             f"sequence_mean, token_mean and constant_normalizer match the reference on "
-            f"{n_seq} padded responses (lengths {list(MASK_LENGTHS)}), gradients included"
+            f"{n_seq} padded responses (lengths {list(MASK_LENGTHS)}), gradients included, "
+            "and NaN in the padding stays out"
         )
 
     __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)

@@ -26,13 +26,18 @@ RATIO_LENGTHS = ((4, 2, 3), (1, 4, 2))
 CISPO_EPS_LOW, CISPO_EPS_HIGH = 0.2, 0.28
 
 
-def _ratio_inputs(seed: int):
-    """(log_probs with grad, old_log_probs, mask) float[2, 3, 4]; garbage in padding."""
+def _ratio_inputs(seed: int, finite: bool = True):
+    """(log_probs with grad, old_log_probs, mask) float[2, 3, 4]; garbage in padding: -9.0
+    in log_probs (``finite``), else -inf in log_probs and NaN in old_log_probs (what a
+    masked-out log-softmax leaves: -inf, and -inf - -inf = NaN)."""
     g = torch.Generator().manual_seed(1100 + seed)
     mask = (torch.arange(4) < torch.tensor(RATIO_LENGTHS)[..., None]).float()
     old = -torch.rand(2, 3, 4, generator=g) * 2 - 0.1
     shift = (torch.rand(2, 3, 4, generator=g) - 0.5) * 0.8
-    log_probs = torch.where(mask > 0, old + shift, torch.full_like(old, -9.0))
+    pad = -9.0 if finite else float("-inf")
+    log_probs = torch.where(mask > 0, old + shift, torch.full_like(old, pad))
+    if not finite:
+        old = torch.where(mask > 0, old, torch.full_like(old, float("nan")))
     return log_probs.requires_grad_(True), old, mask
 
 
@@ -102,9 +107,25 @@ def check_sequence_ratio(fn: Callable, *, seed: int = 0, strict: bool = False):
         (ref,) = torch.autograd.grad((want * weights).sum(), log_probs)
         if got is None or not _close(got, ref, 1e-5):
             raise _Failed("value is right but the gradient differs (padding must get 0)")
+        log_probs, old, mask = _ratio_inputs(seed, finite=False)
+        out = _as_tensor(_call(fn, log_probs, old, mask))
+        want = sequence_log_ratio(log_probs, old, mask).squeeze(-1).exp()
+        leaked = out.shape != want.shape or not torch.isfinite(out.detach()).all()
+        if not leaked and out.requires_grad:
+            (got,) = torch.autograd.grad((out * weights).sum(), log_probs, allow_unused=True)
+            leaked = got is not None and not torch.isfinite(got).all()
+        if leaked:
+            raise _Failed(
+                "padding may hold anything: with -inf in the padding of log_probs (and NaN in "
+                "old_log_probs) your ratio or its gradient is NaN; (log_probs - old_log_probs) "
+                "* mask gives -inf * 0 = NaN, so select the real tokens instead "
+                "(torch.where(mask > 0, log_probs - old_log_probs, 0))"
+            )
+        if not _close(out, want, 1e-5):
+            raise _Failed("with -inf / NaN in the padding slots the ratio differs")
         return (
             f"s_i and its gradient match autograd on {out.numel()} padded responses "
-            f"(lengths {list(RATIO_LENGTHS)})"
+            f"(lengths {list(RATIO_LENGTHS)}), with finite and with -inf / NaN padding"
         )
 
     __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
@@ -172,6 +193,16 @@ def check_cispo_loss(fn: Callable, *, seed: int = 0, strict: bool = False):
                     (
                         (-ratio.clamp(1 - lo, 1 + lo) * d * lp).mean(),
                         "the upper clip edge is 1 + eps_high, not 1 + eps_low",
+                    ),
+                    (
+                        (-ratio.clamp(max=1 + hi) * d * lp).mean(),
+                        "the lower clip edge is missing: clip the weight to [1 - eps_low, "
+                        "1 + eps_high] (ratios below 1 - eps_low must be raised to it)",
+                    ),
+                    (
+                        (-ratio.clamp(min=1 - lo) * d * lp).mean(),
+                        "the upper clip edge is missing: clip the weight to [1 - eps_low, "
+                        "1 + eps_high] (ratios above 1 + eps_high must be cut to it)",
                     ),
                     ((-weight * d * lp).sum(), "you summed over the tokens; take the mean"),
                 ],

@@ -141,6 +141,16 @@ def check_effective_sample_size(fn: Callable, *, seed: int = 0, strict: bool = F
                         "ESS = (sum w)^2 / sum w^2: square the SUM in the numerator",
                     ),
                     (
+                        w.sum() / (w**2).sum(),
+                        "the wrong numerator: ESS = (sum w)^2 / sum w^2, the SQUARE of the sum "
+                        "(you divided sum w by sum w^2, which changes with the weights' scale)",
+                    ),
+                    (
+                        (w**2).sum() / (w**2).sum(),
+                        "the wrong numerator: (sum w)^2 is the square of the sum, not the sum "
+                        "of the squares",
+                    ),
+                    (
                         w.sum() ** 2 / (w.sum() ** 2),
                         "the denominator is the sum of the squares, sum w^2",
                     ),

@@ -60,7 +60,17 @@ def check_pass_at_k(fn: Callable, *, seed: int = 0, strict: bool = False):
                 raise _Failed(f"{at}: c / n is pass@1; pass@k depends on k")
             raise _Failed(f"{at} (brute force over every {k}-subset)")
         for n, c, k in ((200, 3, 50), (200, 150, 100), (200, 0, 10)):
-            got = _number(_call(fn, n, c, k), f"pass_at_k({n}, {c}, {k})")
+            try:
+                got = _number(_call(fn, n, c, k), f"pass_at_k({n}, {c}, {k})")
+            except _Failed as err:
+                if isinstance(err.__cause__, (OverflowError, ZeroDivisionError)):
+                    raise _Failed(
+                        f"at n = {n}, c = {c}, k = {k} your function raised "
+                        f"{type(err.__cause__).__name__}: factorials in floats overflow at "
+                        "n = 200 (200! has 375 digits); use math.comb (exact integers), or "
+                        "the product 1 - prod_{i = n-c+1}^{n} (1 - k / i)"
+                    ) from err
+                raise
             want = pass_at_k(n, c, k)
             if not abs(got - want) <= 1e-6:
                 raise _Failed(
@@ -92,27 +102,49 @@ def check_mean_pass_at_k(fn: Callable, *, seed: int = 0, strict: bool = False):
         before = [correct.clone()]
         n = correct.shape[1]
         counts = [int(c) for c in correct.sum(1)]
-        for k in (1, 3, 7):
-            got = _number(_call(fn, correct, k), f"mean_pass_at_k(correct, {k})")
+        mean_c = sum(counts) / len(counts)
+        ks = (1, 3, 7)
+        got, want = {}, {}
+        for k in ks:
+            got[k] = _number(_call(fn, correct, k), f"mean_pass_at_k(correct, {k})")
             _check_unchanged(before, [correct])
-            want = sum(pass_at_k(n, c, k) for c in counts) / len(counts)
-            if abs(got - want) <= 1e-6:
-                continue
-            mean_c = sum(counts) / len(counts)
-            biased = sum(1 - (1 - c / n) ** k for c in counts) / len(counts)
-            pooled = pass_at_k(n, round(mean_c), k)
-            at = f"k = {k}: expected {want:.4f}, got {got:.4f}"
-            if abs(got - biased) <= 1e-6:
-                raise _Failed(f"{at}: that is the biased 1 - (1 - c/n)^k per problem")
-            if abs(got - pooled) <= 1e-6 or abs(got - (1 - (1 - mean_c / n) ** k)) <= 1e-6:
+            want[k] = sum(pass_at_k(n, c, k) for c in counts) / len(counts)
+        wrong = [k for k in ks if abs(got[k] - want[k]) > 1e-6]
+        if not wrong:
+            return f"mean over {len(counts)} problems matches at k = 1, 3 and 7 (n = {n})"
+        k = wrong[0]
+        at = f"k = {k}: expected {want[k]:.4f}, got {got[k]:.4f}"
+
+        def matches(*forms) -> bool:
+            """The output equals one of ``forms`` (functions of k) at every k checked: one
+            mistake explains every answer, so two mistakes that agree at one k are told apart
+            at another."""
+            return all(any(abs(got[j] - form(j)) <= 1e-6 for form in forms) for j in ks)
+
+        if matches(lambda j: float(correct.any(1).float().mean())):
+            raise _Failed(f"{at}: that is pass@n (any of all n samples); use k")
+        if matches(lambda j: float(correct[:, :j].any(1).float().mean())):
+            raise _Failed(
+                f"{at}: that is the empirical pass@k of the FIRST k samples of each problem "
+                "(correct[:, :k].any(1)): it throws away the other n - k samples and depends "
+                "on their order; the unbiased estimator averages over every k-subset, "
+                "1 - C(n - c, k) / C(n, k) per problem"
+            )
+        if matches(lambda j: sum(1 - (1 - c / n) ** j for c in counts) / len(counts)):
+            raise _Failed(f"{at}: that is the biased 1 - (1 - c/n)^k per problem")
+        if matches(lambda j: pass_at_k(n, round(mean_c), j), lambda j: 1 - (1 - mean_c / n) ** j):
+            if k == 1:
                 raise _Failed(
-                    f"{at}: you estimated pass@k from the mean count over problems; pass@k is "
-                    "not linear in c, so compute it per problem, then average"
+                    f"{at}: you used the mean count over problems rounded to a whole number "
+                    f"({mean_c:.2f} -> {round(mean_c)}); pass@1 = c/n is linear in c, so only "
+                    "the rounding is wrong at k = 1, but at k > 1 pass@k is not linear in c: "
+                    "compute pass@k per problem from its own c_j, then average"
                 )
-            if abs(got - float(correct.any(1).float().mean())) <= 1e-6:
-                raise _Failed(f"{at}: that is pass@n (any of all n samples); use k")
-            raise _Failed(f"{at} (mean over {len(counts)} problems of pass_at_k(n, c_j, k))")
-        return f"mean over {len(counts)} problems matches at k = 1, 3 and 7 (n = {n})"
+            raise _Failed(
+                f"{at}: you estimated pass@k from the mean count over problems; pass@k is not "
+                "linear in c, so compute it per problem, then average"
+            )
+        raise _Failed(f"{at} (mean over {len(counts)} problems of pass_at_k(n, c_j, k))")
 
     __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("mean_pass_at_k", diagnose, strict)

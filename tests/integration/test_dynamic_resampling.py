@@ -144,6 +144,56 @@ def test_a_resampler_that_ignored_heldout_keys_would_be_caught(monkeypatch):
     assert history.train_prompts_with_heldout_key > 0
 
 
+def _flat(module) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in module.parameters()])
+
+
+def test_with_refills_a_stale_sampler_lags_exactly_staleness_epochs(monkeypatch):
+    """B4 (code review r4): the refills of dynamic sampling called StaleSource.sample again and
+    each call stored a version, so with staleness 2 some batches lagged 1 epoch or 0. Each
+    sample call is logged with the trainer's epoch (optimizer steps so far) and the epoch whose
+    starting weights the sampler holds: it must be e - 2 (0 early on) for every call."""
+    from pgrl_helpers.offpolicy import StaleSource
+
+    k = 2
+    config = replace(
+        BASE, num_epochs=5, rollout_source="stale", staleness=k, off_policy_correction="tis"
+    )
+    steps, starts, log = [0], [], []  # optimizer steps; weights at each epoch's start; calls
+    real_sample, real_after = StaleSource.sample, StaleSource.after_optimizer_step
+
+    def sample(self, prompts, num_samples, generator):
+        epoch = steps[0] // config.num_steps_per_epoch
+        if len(starts) == epoch:  # the epoch's first call: the trainer has not stepped yet
+            starts.append(_flat(self.policy))
+        out = real_sample(self, prompts, num_samples, generator)
+        held = _flat(self.sampler)
+        log.append((epoch, [e for e, w in enumerate(starts) if torch.equal(w, held)]))
+        return out
+
+    def after_optimizer_step(self):
+        steps[0] += 1
+        real_after(self)
+
+    monkeypatch.setattr(StaleSource, "sample", sample)
+    monkeypatch.setattr(StaleSource, "after_optimizer_step", after_optimizer_step)
+    history = run_policy_gradient(config)
+    calls = [epoch for epoch, _ in log]
+    assert len(calls) > len(set(calls)) == config.num_epochs  # refills happened
+    assert all(held == [max(0, epoch - k)] for epoch, held in log), log
+    assert sum(s["dynamic_sampling_draws"] for s in history.steps()) == len(log) - 5
+
+
+def test_stale_rollouts_keep_the_dynamic_sampling_metrics():
+    """B3 (code review r4): the stale source replaced rollout.metrics, so the refill metrics
+    vanished from every step record of a stale run."""
+    stale = replace(BASE, rollout_source="stale", staleness=1, off_policy_correction="tis")
+    steps = run_policy_gradient(stale).steps()
+    assert all(s["dynamic_sampling_fill"] == 1.0 for s in steps)
+    assert all(isinstance(s["dynamic_sampling_draws"], int) for s in steps)
+    assert all("ess_fraction" in s for s in steps)
+
+
 def test_the_trl_bridge_refuses_resampling_naming_it():
     from pgrl_helpers import trl_config
 

@@ -125,7 +125,7 @@ def test_the_stopping_rule_reads_validation_never_test(monkeypatch, tiny_config)
         training, "evaluate_greedy", lambda *a: fake(*a, {"test": 1.0, "validation": 0.0})
     )
     history = training.run_policy_gradient(config)
-    assert history.stop_reason is None and len(history.evals()) == 5
+    assert history.stop_reason == "max_epochs" and len(history.evals()) == 5
     # ... and a perfect validation score stops it at once, whatever the test says
     monkeypatch.setattr(
         training, "evaluate_greedy", lambda *a: fake(*a, {"test": 0.0, "validation": 1.0})

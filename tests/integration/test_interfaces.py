@@ -59,7 +59,9 @@ def test_the_loop_has_no_model_or_task_branches():
     body = [
         line for line in source.splitlines() if line.strip() and not line.strip().startswith("#")
     ]
-    assert len(body) <= 90, len(body)
+    # readable top to bottom: 90 lines until round 5 added the adaptive-KL update once per
+    # batch (review R1) and the "max_epochs" stop reason
+    assert len(body) <= 93, len(body)
 
 
 def test_a_policy_with_too_few_response_slots_is_refused():

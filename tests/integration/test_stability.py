@@ -59,7 +59,7 @@ def test_a_window_past_num_epochs_ends_with_the_epochs(monkeypatch):
     scripted_validation(monkeypatch, SCORES)
     config = TrainConfig(**{**vars(CONFIG), "epochs_after_target": 100})
     history = training.run_policy_gradient(config)
-    assert history.stop_reason is None and history.target_epoch == 10
+    assert history.stop_reason == "max_epochs" and history.target_epoch == 10
     assert history.evals()[-1]["epoch"] == 40
     assert history.largest_drop_after_target() == pytest.approx(0.95 - 0.0)  # epochs 30-40: 0
 

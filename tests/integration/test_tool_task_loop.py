@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import torch
 from test_tool_task import _config
 
 from pgrl_helpers.tool_task import ToolUsePolicy
-from pgrl_helpers.training import run_policy_gradient
+from pgrl_helpers.training import evaluate_greedy, run_policy_gradient
 
 
 @pytest.mark.parametrize("estimator", ["group", "gae"])
@@ -22,4 +23,23 @@ def test_the_loop_trains_the_tool_task(estimator):
     assert all(r["response_length"] == 3.0 for r in steps)  # policy tokens only
     bug = run_policy_gradient(replace(config, mask_tool_tokens=False))
     assert not bug.model.mask_tool_tokens
-    assert all(r["response_length"] == 6.0 for r in bug if r["kind"] == "step")
+    # the bug lets the tool's two reply tokens into the mask, never the grader's slot
+    assert all(r["response_length"] == 5.0 for r in bug if r["kind"] == "step")
+
+
+def test_validation_scores_prompts_not_positions():
+    """Review R3: the loop's greedy evaluation of a trained policy is a function of each prompt:
+    every prompt (here all V * V of them) gets the same episode in any order of the batch."""
+    config = _config(num_epochs=3)
+    history = run_policy_gradient(config)
+    task = config.build_task()
+    prompts = torch.tensor(
+        [[a, b] for a in range(config.vocab_size) for b in range(config.vocab_size)]
+    )
+    order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(0))
+    exact = task.exact(prompts, history.model.greedy(prompts))[:, 0]
+    shuffled = task.exact(prompts[order], history.model.greedy(prompts[order]))[:, 0]
+    assert torch.equal(exact[order], shuffled)
+    assert evaluate_greedy(history.model, prompts, task) == evaluate_greedy(
+        history.model, prompts[order], task
+    )

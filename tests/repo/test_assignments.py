@@ -205,6 +205,75 @@ def test_instructor_notebook_passes_every_check(path):
     assert checks == len(exercises(path))
 
 
+def readme_grep_command() -> str:
+    """The grep line of the README's "Without nbgrader" grading recipe."""
+    readme = (ASSIGNMENTS / "README.md").read_text(encoding="utf-8")
+    section = readme.split("**Without nbgrader**", 1)[1].split("**With nbgrader", 1)[0]
+    lines = [line.strip() for line in section.splitlines() if line.strip().startswith("grep ")]
+    assert len(lines) == 1, f"expected one grep command in the README's recipe, got {lines}"
+    assert lines[0].endswith(" graded.ipynb"), lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("path", INSTRUCTOR, ids=lambda p: p.name)
+def test_the_readme_grading_command_counts_every_check_of_a_correct_notebook(path, tmp_path):
+    """The README's grep, run as written on the executed instructor notebook (issue 39: it
+    counted 0 of the capstone's 3 checks), finds one [PASS] per check cell."""
+    nb = executed(path)
+    nbformat.write(nb, tmp_path / "graded.ipynb")
+    done = subprocess.run(
+        ["bash", "-c", readme_grep_command()], cwd=tmp_path, capture_output=True, text=True
+    )
+    found = done.stdout.splitlines()
+    checks = sum(is_check(c) for c in nb.cells)
+    assert len(found) == checks == len(exercises(path)), (found, checks)
+    assert all(line.startswith("[PASS] ") for line in found), found
+
+
+def test_the_capstone_hands_out_no_broken_knob():
+    """Executing the student capstone prints and plots the histories only: no config field,
+    and none of the three broken values, appears in any output (issue 39)."""
+    nb = executed(ASSIGNMENTS / "student" / "09_capstone_broken_runs.ipynb")
+    shown = "\n".join(
+        stream_text(c) + "".join(str(o.get("data", {}).get("text/plain", "")) for o in c.outputs)
+        for c in nb.cells
+        if c.cell_type == "code"
+    )
+    assert "learning_rate_too_high" in shown, "the list of causes is shown"
+    for leak in ("kl_coef", "learning_rate =", "learning_rate=", "detach_old_log_probs", "5.0"):
+        assert leak not in shown, f"the student capstone shows {leak!r}"
+    source = "\n".join(c.source for c in nb.cells)
+    assert "TrainConfig()" not in source and "fields(" not in source
+
+
+def test_every_exercise_has_a_collapsible_hint():
+    for path in INSTRUCTOR:
+        for cell in load(path).cells:
+            if cell.cell_type == "markdown" and EXERCISE.search(cell.source):
+                hint = cell.source.split("<details>", 1)
+                assert len(hint) == 2, f"{path.name}: no <details> hint in {cell.source[:40]!r}"
+                assert "<summary><b>Hint</b>" in hint[1] and hint[1].rstrip().endswith("</details>")
+                assert len(hint[1]) > 120, "a hint says something"
+    for path in STUDENT:  # the hand-out keeps them
+        text = "\n".join(c.source for c in load(path).cells)
+        assert text.count("<summary><b>Hint</b>") == len(exercises(path))
+
+
+def test_assignment_4_intended_config_is_the_one_measured_over_hidden_seeds():
+    """assignments/training_seeds.py measures the instructor's solution (its INTENDED)."""
+    spec = importlib.util.spec_from_file_location(
+        "training_seeds", ASSIGNMENTS / "training_seeds.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    notebook = ASSIGNMENTS / "instructor" / "04_training_config.ipynb"
+    cell = next(c for c in load(notebook).cells if is_solution(c))
+    namespace: dict = {}
+    exec("from pgrl_helpers import checks\nfrom pgrl_helpers.config import TrainConfig", namespace)
+    exec(cell.source, namespace)
+    assert namespace["my_config"]() == module.INTENDED
+
+
 @pytest.mark.parametrize("path", STUDENT, ids=lambda p: p.name)
 def test_student_notebook_fails_only_with_not_implemented(path):
     nb = executed(path)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pgrl_helpers import diagnose as dg
-from pgrl_helpers.seed_stats import permutation_p_value
+from pgrl_helpers.seed_stats import paired_permutation_p_value, permutation_p_value
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -69,12 +69,62 @@ def test_09_goal_and_margin_as_the_prose_states():
         assert "falls short of 95%" in text and "does not reach the" in text
 
 
+FIRST_TEST_SET_RECIPES = (
+    "trl_constant_lr",
+    "trl_4_steps",
+    "trl_no_weight_decay",
+    "trl_v1_final_recipe",
+)
+
+
 def test_09_the_first_test_set_is_a_record_not_a_ranking():
-    # 3 vs 3 seeds: the smallest exact permutation p is 2/20 = 0.1, so no ranking claim
-    a = [r["test"]["exact_sort"] for r in load("trl_no_weight_decay")["runs"]]
-    b = [r["test"]["exact_sort"] for r in load("trl_v1_final_recipe")["runs"]]
-    assert permutation_p_value(a, b) >= 0.1
-    assert "not a ranking" in markdown("09_scaling_up_with_trl.ipynb")
+    # every recipe ran the same seeds, so two recipes compare seed by seed (paired); 3 paired
+    # seeds give a sign-flip p of at least 2/2^3 = 0.25, so no ranking claim can stand
+    runs = {name: load(name)["runs"] for name in FIRST_TEST_SET_RECIPES}
+    seeds = {name: [r["seed"] for r in rs] for name, rs in runs.items()}
+    assert all(s == [0, 1, 2] for s in seeds.values()), seeds
+    for a, b in itertools.combinations(FIRST_TEST_SET_RECIPES, 2):
+        pa = [r["test"]["exact_sort"] for r in runs[a]]
+        pb = [r["test"]["exact_sort"] for r in runs[b]]
+        assert paired_permutation_p_value(pa, pb) >= 0.25, (a, b)
+    text = " ".join(markdown("09_scaling_up_with_trl.ipynb").split())
+    assert "not a ranking" in text and "cannot give a sign-flip p below 0.25" in text
+
+
+def late_validation(run: dict) -> float:
+    """Mean validation exact-sort over the last quarter of a run (notebook 09, section 6)."""
+    late = [c["exact_sort"] for c in run["validation_curve"] if c["step"] > 0.75 * run["steps"]]
+    return statistics.fmean(late)
+
+
+def test_09_weight_decay_cannot_be_told_apart_on_validation():
+    # item 4 of section 6: kept with the first test set in view; validation cannot separate it
+    with_decay = [late_validation(r) for r in load("trl_v1_final_recipe")["runs"]]
+    without = [late_validation(r) for r in load("trl_no_weight_decay")["runs"]]
+    assert paired_permutation_p_value(with_decay, without) >= 0.05
+    text = " ".join(markdown("09_scaling_up_with_trl.ipynb").split())
+    assert "first test set's* scores in view" in text and "cannot be told apart" in text
+    assert "chosen on the validation set" not in text
+
+
+def first_code_cell(notebook: str) -> str:
+    cells = json.loads((ROOT / "notebooks" / notebook).read_text())["cells"]
+    return next("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+
+
+def test_09_environment_check_comes_first_and_names_the_setup_command(monkeypatch, capsys):
+    import importlib.util
+
+    source = first_code_cell("09_scaling_up_with_trl.ipynb")
+    exec(compile(source, "nb09-cell", "exec"), {})  # the extra is installed here: no error
+    printed = capsys.readouterr().out
+    assert all(name in printed for name in ("transformers", "trl", "peft"))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "trl" else real(name, *a)
+    )
+    with pytest.raises(ModuleNotFoundError, match=r"needs trl .*python3 tasks\.py lab"):
+        exec(compile(source, "nb09-cell", "exec"), {})
 
 
 def spread(run: dict) -> float:
@@ -116,8 +166,9 @@ def test_10_tuning_choices_and_p_values_recomputed():
     for c in bench["comparisons"]:
         a = [read[c["metric"]](r) for r in bench["runs"][c["a"]]]
         b = [read[c["metric"]](r) for r in bench["runs"][c["b"]]]
-        assert abs(permutation_p_value(a, b) - c["p_value"]) < 1e-9
-    assert len(list(itertools.combinations(range(10), 5))) == 252
+        # the stored p under the design the benchmark records (unpaired unless it says paired)
+        test = paired_permutation_p_value if c.get("paired") else permutation_p_value
+        assert abs(test(a, b) - c["p_value"]) < 1e-9
 
 
 def test_10_cannot_rank_and_ppo_costs_more_per_epoch():
@@ -125,14 +176,24 @@ def test_10_cannot_rank_and_ppo_costs_more_per_epoch():
     assert len(set(bench["chosen_learning_rates"].values())) == 1  # "chose the same rate"
     reached = {n: sum(r["reached"] for r in runs) for n, runs in bench["runs"].items()}
     assert max(reached.values()) <= 2  # "none reaches ... on more than 2 of 5 seeds"
-    assert all(c["p_value"] >= 0.05 for c in bench["comparisons"])  # "cannot rank"
+    # "cannot rank": the notebook compares seed k with seed k (paired sign-flip test)
+    read = {"responses to target": lambda r: r["responses_to_target"] or bench["budget_responses"],
+            "test exact": lambda r: r["test_exact"]}  # fmt: skip
+    for c in bench["comparisons"]:
+        runs_a, runs_b = bench["runs"][c["a"]], bench["runs"][c["b"]]
+        assert [r["seed"] for r in runs_a] == [r["seed"] for r in runs_b]  # paired by seed
+        a, b = [read[c["metric"]](r) for r in runs_a], [read[c["metric"]](r) for r in runs_b]
+        assert paired_permutation_p_value(a, b) >= 0.05, c
+    # and five paired seeds could not show a difference at 5% whatever the runs did
+    assert 2 / 2 ** len(bench["seeds"]) > 0.05
     per_epoch = bench["base"]["prompts_per_epoch"] * bench["base"]["num_responses"]
     cpu = {
         n: statistics.median(r["cpu_seconds"] / (r["responses_sampled"] / per_epoch) for r in runs)
         for n, runs in bench["runs"].items()
     }
     assert cpu["PPO + GAE"] > max(cpu["GRPO"], cpu["RLOO"])
-    assert "**cannot rank**" in markdown("10_ppo_vs_grpo.ipynb")
+    text = markdown("10_ppo_vs_grpo.ipynb")
+    assert "**cannot rank**" in text and "could not have at 5%" in " ".join(text.split())
 
 
 # ---- notebook 13: detectors ----------------------------------------------------------------
@@ -173,6 +234,34 @@ def test_13_prose_about_plateau_and_hacking_matches_the_rates(detectors):
     # a healthy run gets no warning (section 0) on any reported seed
     warnings = [n for n, r in report.items() if n != "loss_near_zero" and r["false_alarms_healthy"]]
     assert warnings == [] or "false alarms" in text
+
+
+def test_13_length_drift_misses_are_threshold_misses(detectors):
+    """Section 7 and the table's reading: every reported seed where length_drift missed started
+    so long that +LENGTH_DRIFT_REL was beyond the cap of 10 tokens, and still drifted close to
+    the cap (a miss of the threshold, not of the drift)."""
+    text = markdown("13_troubleshooting.ipynb")
+    missed = detectors["rates"]["report"]["length_drift"]["missed_seeds"]
+    runs = {
+        r["seed"]: r
+        for r in detectors["runs"]
+        if (r["finding"], r["kind"]) == ("length_drift", "planted")
+    }
+    for seed in missed:
+        first, last = runs[seed]["response_length_first"], runs[seed]["response_length_last"]
+        assert (1 + dg.LENGTH_DRIFT_REL) * first > 10 and last >= 9.5, (seed, first, last)
+    assert "misses of the threshold, not of the drift" in " ".join(text.split()) or not missed
+
+
+def test_13_reward_hacking_goal_is_compared_paired(detectors):
+    """Section 3: the fix is compared with the loophole seed by seed (both rewards ran on the
+    same seeds); the paired test still puts the fix ahead."""
+    from pgrl_helpers.seed_stats import compare_seeds
+
+    goal = detectors["reward_hacking_goal"]
+    assert goal["seeds"] == sorted(goal["seeds"]) and len(goal["seeds"]) >= 10
+    paired = compare_seeds(goal["fixed"], goal["loophole"], "fix", "loophole", paired=True)
+    assert paired["p_value"] < 0.05 and paired["verdict"].startswith("fix better")
 
 
 def test_09_trl_costs_more_per_step_and_where():

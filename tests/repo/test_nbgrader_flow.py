@@ -1,12 +1,16 @@
 """nbgrader's autograde flow on a new assignment (08, pass@k): a correct, a partly wrong and an
 empty submission get full, partial and zero points; the feedback pages render math offline
 once ``assignments/offline_feedback.py`` has run (checked in Chromium with every network
-request blocked, when Chromium and playwright are installed)."""
+request blocked, when Chromium and playwright are installed). The README's flow by hand runs
+as written, and ``assignments/grade.py`` (``python3 tasks.py grade``) runs the whole flow on
+student files outside the browser."""
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +22,7 @@ from chromium_helpers import CHROMIUM, CHROMIUM_FLAGS
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = "08_pass_at_k.ipynb"
 INSTRUCTOR = ROOT / "assignments" / "instructor" / NOTEBOOK
+CONFIG = ROOT / "assignments" / "nbgrader_config.py"
 WRONG_EX20 = '''def benchmark_pass_at_k(correct, k):
     """correct bool[problems, n] -> mean over problems of pass@k."""
     n = correct.shape[1]
@@ -39,9 +44,16 @@ def nbgrader(args: list[str], course: Path) -> subprocess.CompletedProcess:
     return done
 
 
-def solutions() -> dict[str, str]:
+def load_module(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "assignments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def solutions(instructor: Path = INSTRUCTOR) -> dict[str, str]:
     """grade_id -> source of the instructor's solution cells."""
-    nb = nbformat.read(INSTRUCTOR, as_version=4)
+    nb = nbformat.read(instructor, as_version=4)
     return {
         c.metadata["nbgrader"]["grade_id"]: c.source
         for c in nb.cells
@@ -65,10 +77,7 @@ def test_autograde_scores_correct_partial_and_empty_submissions(tmp_path):
     course = tmp_path / "course"
     (course / "source" / "a8").mkdir(parents=True)
     (course / "source" / "a8" / NOTEBOOK).write_bytes(INSTRUCTOR.read_bytes())
-    (course / "nbgrader_config.py").write_text(
-        'c = get_config()\nc.CourseDirectory.course_id = "pgrl"\n'
-        "c.ExecutePreprocessor.timeout = 300\n"
-    )
+    (course / "nbgrader_config.py").write_bytes(CONFIG.read_bytes())  # the committed one
     nbgrader(["generate_assignment", "a8"], course)
     release = course / "release" / "a8" / NOTEBOOK
     right = solutions()
@@ -81,7 +90,9 @@ def test_autograde_scores_correct_partial_and_empty_submissions(tmp_path):
         {"ex19_pass_at_k": right["ex19_pass_at_k"], "ex20_benchmark_pass_at_k": WRONG_EX20},
     )
     submit(release, course, "empty", {})
-    nbgrader(["autograde", "a8"], course)
+    done = nbgrader(["autograde", "a8"], course)
+    # the committed config silences SQLAlchemy's session warning (assignments/README.md)
+    assert "SAWarning" not in done.stderr and "not in session" not in done.stderr
 
     from nbgrader.api import Gradebook
 
@@ -98,17 +109,136 @@ def test_autograde_scores_correct_partial_and_empty_submissions(tmp_path):
     pages = sorted((course / "feedback").rglob("*.html"))
     assert len(pages) == 3
     assert "cdnjs.cloudflare.com/ajax/libs/mathjax" in pages[0].read_text(encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(
-        "offline_feedback", ROOT / "assignments" / "offline_feedback.py"
-    )
-    offline = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(offline)
+    offline = load_module("offline_feedback")
     assert offline.main([str(course / "feedback")]) == 0
     for page in pages:
         html = page.read_text(encoding="utf-8")
         assert offline.MARKER in html and not offline.CDN_SCRIPT.search(html)
     assert offline.main([str(course / "feedback")]) == 0  # idempotent
     render_offline(pages[0])
+
+
+def filled(student_notebook: Path, answers: dict[str, str], target: Path) -> Path:
+    """The hand-out notebook with its solution cells replaced by ``answers``, at ``target``."""
+    nb = nbformat.read(student_notebook, as_version=4)
+    for cell in nb.cells:
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if grade_id in answers:
+            cell.source = answers[grade_id]
+    nbformat.write(nb, target)
+    return target
+
+
+def readme_block(title: str) -> str:
+    """The first bash block after ``title`` in assignments/README.md."""
+    readme = (ROOT / "assignments" / "README.md").read_text(encoding="utf-8")
+    after = readme.split(title, 1)[1]
+    return after.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_flow_by_hand_runs_as_written(tmp_path):
+    """The README's nbgrader commands, verbatim, in a scratch copy of the repository's layout
+    (.venv and assignments/ linked, the student's file in the root): a correct submission of
+    assignment 5 gets 5 of 5 points, its feedback page renders math offline, grades.csv has
+    its row."""
+    pytest.importorskip("nbgrader", reason="pip install -r requirements-instructor.txt")
+    block = readme_block("**nbgrader's flow by hand**")
+    assert "cp assignments/nbgrader_config.py course/" in block and "printf" not in block
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name in (".venv", "assignments"):
+        (repo / name).symlink_to(ROOT / name)
+    name = "05_masks_and_aggregation.ipynb"
+    answers = solutions(ROOT / "assignments" / "instructor" / name)
+    filled(ROOT / "assignments" / "student" / name, answers, repo / f"alice_{name}")
+    done = subprocess.run(
+        ["bash", "-e", "-c", block], cwd=repo, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "now render math offline" in done.stdout
+    course = repo / "course"
+    with open(course / "grades.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["student_id"], r["assignment"], float(r["score"])) for r in rows] == [
+        ("alice", "a5", 5.0)
+    ]
+    page = course / "feedback" / "alice" / "a5" / "05_masks_and_aggregation.html"
+    offline = load_module("offline_feedback")
+    assert offline.MARKER in page.read_text(encoding="utf-8")
+
+
+def test_grade_runs_the_whole_flow_on_student_files(tmp_path, capsys):
+    """``python3 tasks.py grade`` = ``assignments/grade.py``: one call grades two students'
+    files (ids from the file names), prints each check's points and line, writes offline
+    feedback and grades.csv; the known warnings are counted, not shown."""
+    pytest.importorskip("nbgrader", reason="pip install -r requirements-instructor.txt")
+    grade = load_module("grade")
+    right = solutions()
+    release = ROOT / "assignments" / "student" / NOTEBOOK
+    carol = filled(release, right, tmp_path / f"carol_{NOTEBOOK}")
+    dave = filled(
+        release, {**right, "ex20_benchmark_pass_at_k": WRONG_EX20}, tmp_path / f"dave_{NOTEBOOK}"
+    )
+    course = tmp_path / "course"
+    assert grade.main([str(carol), str(dave), "--course", str(course)]) == 0
+    out = capsys.readouterr().out
+    assert f"-> a8 ({NOTEBOOK}), student carol:" in out and "score 4 of 4" in out
+    assert f"-> a8 ({NOTEBOOK}), student dave:" in out and "score 2 of 4" in out
+    assert re.search(r"2/2  ex19_pass_at_k_check: \[PASS\] pass_at_k: ", out)
+    assert re.search(r"0/2  ex20_benchmark_pass_at_k_check: \[FAIL\] mean_pass_at_k: .*biased", out)
+    assert "known nbgrader warnings hidden" in out and "checksum" not in out
+    assert "SAWarning" not in out and "without encryption" not in out
+    offline = load_module("offline_feedback")
+    for student in ("carol", "dave"):
+        page = course / "feedback" / student / "a8" / NOTEBOOK.replace(".ipynb", ".html")
+        assert offline.MARKER in page.read_text(encoding="utf-8")
+    assert (course / "nbgrader_config.py").read_bytes() == CONFIG.read_bytes()
+    with open(course / "grades.csv", newline="", encoding="utf-8") as f:
+        scores = {r["student_id"]: float(r["score"]) for r in csv.DictReader(f)}
+    assert scores == {"carol": 4.0, "dave": 2.0}
+    # a file that is no hand-out notebook is refused by name
+    stray = tmp_path / "notes.ipynb"
+    stray.write_bytes(carol.read_bytes())
+    with pytest.raises(SystemExit, match="not the name of a hand-out notebook"):
+        grade.main([str(stray), "--course", str(course)])
+
+
+def test_tasks_grade_sets_up_mathjax_then_runs_grade_py(monkeypatch):
+    """``tasks.py grade`` installs the instructor's requirements and MathJax's wheel (pinned
+    in requirements-book.txt, without Sphinx), then runs grade.py with its arguments;
+    ``tasks.py assignments`` does the same setup before generating."""
+    spec = importlib.util.spec_from_file_location("tasks_under_test", ROOT / "tasks.py")
+    tasks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tasks)
+    calls = []
+    monkeypatch.setattr(tasks, "setup", lambda files, *a, **k: calls.append(("setup", files)))
+    monkeypatch.setattr(tasks, "run", lambda *cmd, **k: calls.append(("run", cmd)))
+
+    class Shown:
+        stdout = "Name: sphinx-mathjax-offline\nVersion: 0.0.1\n"  # another version installed
+
+    monkeypatch.setattr(tasks.subprocess, "run", lambda *a, **k: Shown())
+    monkeypatch.setattr(tasks.sys, "argv", ["tasks.py", "grade", "alice_08_pass_at_k.ipynb"])
+    assert tasks.COMMANDS["grade"] is tasks.grade
+    tasks.grade()
+    pin = next(
+        line.strip()
+        for line in (ROOT / "requirements-book.txt").read_text().splitlines()
+        if line.startswith("sphinx-mathjax-offline==")
+    )
+    assert calls == [
+        ("setup", ["requirements.txt", "requirements-instructor.txt"]),
+        ("run", (tasks.PY, "-m", "pip", "install", "--quiet", "--no-deps", pin)),
+        ("run", (tasks.PY, ROOT / "assignments" / "grade.py", "alice_08_pass_at_k.ipynb")),
+    ]
+    calls.clear()
+    Shown.stdout = f"Name: sphinx-mathjax-offline\nVersion: {pin.partition('==')[2]}\n"
+    monkeypatch.setattr(tasks.sys, "argv", ["tasks.py", "assignments"])
+    tasks.assignments()
+    assert calls == [  # already installed: no pip call
+        ("setup", ["requirements.txt", "requirements-instructor.txt"]),
+        ("run", (tasks.PY, ROOT / "assignments" / "make_assignments.py")),
+    ]
 
 
 def render_offline(page: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -164,3 +165,223 @@ def test_lab_takes_a_root_dir_and_stops_cleanly_on_ctrl_c(tmp_path):
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
     assert "JupyterLab stopped." in text
     assert proc.returncode == 0
+
+
+# --------------------------------------------------------------------------------------
+# The torch build: CPU on every platform, decided with pip mocked (no network)
+# --------------------------------------------------------------------------------------
+
+#: What ``pip index versions torch --json`` answers: PyPI (Linux: CUDA wheels, no label),
+#: this machine (a local +cpu wheel beside PyPI's), an index serving CUDA builds.
+PYPI = ["2.14.0", "2.13.0", "2.12.1"]
+LOCAL_CPU_WHEEL = ["2.14.0", "2.13.0+cpu", "2.13.0", "2.12.1"]
+CUDA_INDEX = ["2.13.0+cu128", "2.13.0+cpu", "2.12.1+cu128"]
+
+
+class FakePip:
+    """Stands in for subprocess.run: answers the probes, records every pip install."""
+
+    def __init__(self, versions=None, installed=None, json_flag=True, torch_build="2.13.0+cpu "):
+        self.versions, self.installed, self.json_flag = versions, installed, json_flag
+        self.torch_build, self.calls = torch_build, []
+
+    def __call__(self, cmd, *args, **kwargs):
+        cmd = [str(c) for c in cmd]
+        self.calls.append(cmd)
+        out, code = "", 0
+        if "importlib.metadata" in " ".join(cmd):
+            out, code = (self.installed or "") + "\n", 0 if self.installed else 1
+        elif cmd[-3:-1] == ["index", "versions"] or cmd[-4:-2] == ["index", "versions"]:
+            if self.versions is None:
+                code = 1  # no network
+            elif "--json" in cmd:
+                out = json.dumps({"name": "torch", "versions": self.versions})
+                code = 0 if self.json_flag else 2  # an older pip has no --json
+            else:
+                out = "torch (x)\nAvailable versions: " + ", ".join(self.versions) + "\n"
+        elif "import torch" in " ".join(cmd):
+            out = self.torch_build
+        return subprocess.CompletedProcess(cmd, code, stdout=out, stderr="")
+
+    def installs(self):
+        return [c[c.index("install") + 1 :] for c in self.calls if "install" in c]
+
+
+def test_pinned_torch_is_read_from_the_student_requirements():
+    assert tasks.pinned_torch(tasks.LAB_REQUIREMENTS) == "torch==2.13.0"
+    assert tasks.pinned_torch(tasks.BOOK_REQUIREMENTS) is None  # the site builder: no torch
+
+
+def test_a_linux_laptop_on_pypi_gets_the_cpu_build_from_pytorchs_index(monkeypatch, capsys):
+    pip = FakePip(versions=PYPI)
+    monkeypatch.setattr(tasks.subprocess, "run", pip)
+    tasks.install_torch(tasks.LAB_REQUIREMENTS, environ={}, platform="linux")
+    assert pip.installs() == [
+        ["--progress-bar", "on", "torch==2.13.0", "--index-url", tasks.TORCH_CPU_INDEX]
+    ]
+    assert tasks.TORCH_CPU_INDEX == "https://download.pytorch.org/whl/cpu"  # PyTorch's page
+    said = capsys.readouterr().out
+    assert "would bring torch 2.13.0, a CUDA build" in said and "installing the CPU build" in said
+    probe = [c for c in pip.calls if "index" in c][0]
+    assert "--dry-run" not in probe and "download" not in probe, "never fetch the 0.5 GB wheel"
+
+
+@pytest.mark.parametrize(
+    "versions, platform, index, said",
+    [
+        (LOCAL_CPU_WHEEL, "linux", None, "torch 2.13.0+cpu, a CPU build"),  # this machine
+        (CUDA_INDEX, "linux", tasks.TORCH_CPU_INDEX, "torch 2.13.0+cu128, a CUDA build"),
+        (PYPI, "win32", None, "torch 2.13.0, a CPU build"),  # PyPI's Windows wheel is CPU
+        (CUDA_INDEX, "win32", tasks.TORCH_CPU_INDEX, "2.13.0+cu128, a CUDA build"),
+        (None, "linux", None, "could not ask pip"),  # offline: plain install, says so
+        (["2.12.1"], "linux", None, "could not ask pip"),  # the pin is not offered
+    ],
+)
+def test_the_index_is_switched_only_when_pip_would_pick_a_cuda_build(
+    versions, platform, index, said, monkeypatch
+):
+    monkeypatch.setattr(tasks.subprocess, "run", FakePip(versions=versions))
+    got, why = tasks.torch_plan("torch==2.13.0", platform)
+    assert got == index and said in why, why
+
+
+def test_an_older_pip_without_json_is_read_from_its_text(monkeypatch):
+    monkeypatch.setattr(tasks.subprocess, "run", FakePip(versions=PYPI, json_flag=False))
+    assert tasks.index_torch_versions() == PYPI
+    assert tasks.torch_plan("torch==2.13.0", "linux")[0] == tasks.TORCH_CPU_INDEX
+
+
+def test_macos_an_installed_torch_and_the_users_choice_skip_the_probe(monkeypatch):
+    pip = FakePip(versions=PYPI)
+    monkeypatch.setattr(tasks.subprocess, "run", pip)
+    assert tasks.torch_plan("torch==2.13.0", "darwin")[0] is None
+    assert tasks.torch_plan("torch==2.13.0", "linux", "index")[0] is None
+    assert tasks.torch_plan("torch==2.13.0", "darwin", "cpu")[0] == tasks.TORCH_CPU_INDEX
+    assert not [c for c in pip.calls if "index" in c and "versions" in c]
+    pip.installed = "2.13.0"  # a CUDA torch the user installed on purpose is kept
+    assert tasks.torch_plan("torch==2.13.0", "linux") == (None, "torch 2.13.0 is installed already")
+    with pytest.raises(SystemExit, match="PGRL_TORCH must be 'cpu', 'index' or unset"):
+        tasks.torch_plan("torch==2.13.0", "linux", "gpu")
+
+
+def test_a_mocked_linux_setup_installs_the_cpu_torch_first_and_says_so(
+    tmp_path, monkeypatch, capsys
+):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch()  # the venv exists: no `python -m venv`
+    monkeypatch.setattr(tasks, "VENV", venv)
+    monkeypatch.setattr(tasks, "PY", venv / "bin" / "python")
+    monkeypatch.setattr(tasks.sys, "platform", "linux")
+    monkeypatch.delenv("PGRL_TORCH", raising=False)
+    pip = FakePip(versions=PYPI)
+    monkeypatch.setattr(tasks.subprocess, "run", pip)
+    tasks.setup(tasks.LAB_REQUIREMENTS, about="the student packages")
+    installs = pip.installs()
+    assert installs[0][-3:] == ["torch==2.13.0", "--index-url", tasks.TORCH_CPU_INDEX]
+    assert installs[1][-4:] == ["-r", "requirements.txt", "-r", "requirements-scale.txt"]
+    assert installs[2][-2:] == ["-e", "."]
+    said = capsys.readouterr().out
+    assert "Setup done (torch 2.13.0+cpu, the CPU build)." in said
+    pip.calls.clear()
+    tasks.setup(tasks.LAB_REQUIREMENTS, about="the student packages")
+    assert pip.calls == [], "a second run skips the installs"
+
+
+def test_the_package_brings_numpy_and_never_a_newer_torch_than_the_pin():
+    listed = re.search(r"(?m)^dependencies = \[(.*)\]$", (ROOT / "pyproject.toml").read_text())
+    dependencies = re.findall(r'"([^"]+)"', listed[1])
+    deps = {re.split(r"[<>=!~ ]", d, maxsplit=1)[0].lower(): d for d in dependencies}
+    assert {"torch", "numpy", "einops", "tqdm"} <= set(deps)
+    assert deps["torch"].endswith(f"<={tasks.pinned_torch(['requirements.txt']).split('==')[1]}")
+    pins = dict(
+        line.split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )  # fmt: skip
+    for name, dep in deps.items():  # the pinned versions satisfy every lower bound
+        low = re.search(r">=([\d.]+)", dep)
+        pinned = tuple(int(x) for x in pins[name].split("."))
+        assert low and tuple(int(x) for x in low[1].split(".")) <= pinned, dep
+
+
+def test_the_student_setup_brings_the_trl_extra():
+    assert tasks.LAB_REQUIREMENTS == ["requirements.txt", "requirements-scale.txt"]
+    readme = (ROOT / "README.md").read_text()
+    assert "requirements-scale.txt" in readme and "09, 12 and 14" in readme
+
+
+# --------------------------------------------------------------------------------------
+# The command line: help, a typo, timings' arguments, the lab's first notebook
+# --------------------------------------------------------------------------------------
+
+
+def tasks_cli(*args):
+    cmd = [sys.executable, str(ROOT / "tasks.py"), *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_help_exits_0_and_a_typo_is_named_with_the_usage():
+    for flag in ("--help", "-h"):
+        done = tasks_cli(flag)
+        assert done.returncode == 0 and "python3 tasks.py lab" in done.stdout, flag
+    typo = tasks_cli("labb")
+    assert typo.returncode == 2
+    assert typo.stderr.startswith("tasks.py: unknown command 'labb' (did you mean 'lab'?)")
+    assert "python3 tasks.py test" in typo.stderr  # the usage follows
+    none = tasks_cli()
+    assert none.returncode == 2 and none.stderr.startswith("tasks.py: no command given")
+
+
+def test_timings_arguments_fail_in_one_line_before_any_setup():
+    done = tasks_cli("timings", "--out")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (
+        "python3 tasks.py timings: argument --out: expected one argument (see --help)"
+    )
+    missing = tasks_cli("timings", "99_nothing.ipynb")
+    assert missing.returncode == 2 and "no notebook" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+    helped = tasks_cli("timings", "--help")
+    assert helped.returncode == 0 and "--out PATH" in helped.stdout
+    args = tasks.timings_arguments(["07_grpo_training.ipynb", "--out", "t.json"])
+    assert args.notebooks == ["07_grpo_training.ipynb"] and args.out == Path("t.json").resolve()
+
+
+def test_timings_runs_where_there_is_no_resource_module_or_load_average(monkeypatch):
+    assert tasks._children_cpu_seconds() >= 0 and len(tasks._load_average()) == 3
+    monkeypatch.setitem(sys.modules, "resource", None)  # Windows: import resource fails
+    monkeypatch.delattr(os, "getloadavg")  # Windows has none
+    assert tasks._children_cpu_seconds() is None and tasks._load_average() is None
+
+
+def test_the_lab_opens_notebook_00_where_the_served_folder_has_it(tmp_path):
+    ws = tmp_path / "ws"
+    tasks.make_workspace(ws)
+    url = "--LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb"
+    assert url in tasks.lab_command(root_dir=ws)
+    assert (ws / tasks.FIRST_NOTEBOOK).exists()
+    assert url in tasks.lab_command("--ServerApp.root_dir=.")  # the repository has it too
+    assert url not in tasks.lab_command(f"--ServerApp.root_dir={tmp_path}")  # no notebooks/
+    mine = "--LabApp.default_url=/lab/tree/notebooks/07_grpo_training.ipynb"
+    cmd = tasks.lab_command(mine, root_dir=ws)
+    assert url not in cmd and cmd[-1] == mine, "the user's choice wins"
+
+
+def test_a_reset_says_where_the_old_copies_went(tmp_path):
+    ws = tmp_path / "ws"
+    first = tasks.prepare_workspace(ws)
+    assert f"{len(NOTEBOOKS) + len(ASSIGNMENTS)} files copied" in first
+    assert "Start with notebooks/00_start_here.ipynb" in first
+    (ws / "assignments" / ASSIGNMENTS[0]).write_text("my answers")
+    again = tasks.prepare_workspace(ws)
+    assert "0 files copied" in again and "left as they are" in again
+    reset = tasks.prepare_workspace(ws, reset=True)
+    backup = next((ws / ".backup").iterdir())
+    assert f"your previous copies were moved to {backup}" in reset
+    assert "kept" not in reset
+    assert (backup / "assignments" / ASSIGNMENTS[0]).read_text() == "my answers"
+
+
+def test_quick_benchmarks_use_the_cores_between_two_and_four():
+    assert [tasks.quick_bench_workers(n) for n in (None, 1, 2, 3, 16)][1:] == [2, 2, 3, 4]
+    assert 2 <= tasks.quick_bench_workers() <= 4

@@ -43,7 +43,6 @@ RERUN_PENDING = {
     "trl_vs_loop": "H2 re-measures bench_trl_vs_loop (its test split: the loop's held-out split)",
     "pass_at_k": "H5's pass@k benchmark",
     "detectors": "bench_detectors scores synthetic runs, not a prompt split",
-    "multi_turn": "a new benchmark of another helper this round; no split record yet",
 }
 
 #: Test splits scored by more than one recipe whose JSON record says so, but whose prose is

