@@ -53,7 +53,7 @@ from _common import (
 )
 
 from pgrl_helpers.config import TrainConfig
-from pgrl_helpers.seed_stats import permutation_p_value
+from pgrl_helpers.seed_stats import paired_permutation_p_value
 from pgrl_helpers.training import run_policy_gradient
 
 NAME = "ppo_vs_grpo"
@@ -190,14 +190,17 @@ COMPARED = {
 
 
 def comparisons(runs: dict[str, list[dict]], epochs: int = MAX_EPOCHS) -> list[dict]:
-    """Every pair of methods, per COMPARED metric: the means and the permutation p-value."""
+    """Every pair of methods, per COMPARED metric: the means and the exact paired sign-flip
+    p-value (every method ran the same seeds, and seed k gives each the same initial weights,
+    split and prompt stream: the runs are paired by seed)."""
     rows = []
     for (name_a, runs_a), (name_b, runs_b) in itertools.combinations(runs.items(), 2):
         for metric, read in COMPARED.items():
+            assert [r["seed"] for r in runs_a] == [r["seed"] for r in runs_b]  # seed k vs seed k
             a, b = [read(r, epochs) for r in runs_a], [read(r, epochs) for r in runs_b]
             rows.append({"a": name_a, "b": name_b, "metric": metric,
                          "mean_a": statistics.mean(a), "mean_b": statistics.mean(b),
-                         "p_value": permutation_p_value(a, b)})  # fmt: skip
+                         "p_value": paired_permutation_p_value(a, b), "paired": True})  # fmt: skip
     return rows
 
 
@@ -344,7 +347,7 @@ def section(r: dict, results_dir=RESULTS_DIR) -> str:
 
     noise = [
         f"{c['a']} vs {c['b']}, {c['metric']}: means {fmt(c['mean_a'])} vs {fmt(c['mean_b'])}, "
-        f"exact permutation p = {c['p_value']:.3f}"
+        f"exact paired p = {c['p_value']:.3f}"
         + (" (exceeds seed noise at 5%)" if c["p_value"] < 0.05 else " (within seed noise)")
         for c in r["comparisons"]
     ]
@@ -355,8 +358,8 @@ def section(r: dict, results_dir=RESULTS_DIR) -> str:
         verdict += (f" With at most {most} of {seeds} seeds reaching the target per "
                     "method, this budget does not rank the three methods.")  # fmt: skip
     lines = [title, "", note, "", r["table"], "", "Differences against seed noise (exact "
-             f"permutation test over the {seeds} + {seeds} seeds; a missed target counts the "
-             "whole budget):", ""] + [f"- {x}" for x in noise] + ["", verdict]  # fmt: skip
+             f"paired sign-flip test over the {seeds} shared seeds, smallest possible p = "
+             f"2/{2 ** seeds}; a missed target counts the whole budget):", ""] + [f"- {x}" for x in noise] + ["", verdict]  # fmt: skip
     return "\n".join(lines)
 
 

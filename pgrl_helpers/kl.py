@@ -3,8 +3,7 @@
 pi is the policy being trained (it sampled the responses) and pi_ref the frozen
 reference model. KL(pi || pi_ref) = E_pi[log pi - log pi_ref] is the *reverse* KL in
 the RLHF convention (InstructGPT, DeepSeekMath, TRL): the policy is the approximating
-distribution and the expectation is under it. (Variational-inference texts use the same
-words the other way round; only the formula is unambiguous.) It is the KL of the
+distribution and the expectation is under it. It is the KL of the
 KL-regularised objective max E_pi[R] - beta KL(pi || pi_ref), whose optimum is
 pi_ref exp(R / beta) / Z; sampling from pi only makes it cheap to estimate.
 
