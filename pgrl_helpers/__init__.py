@@ -20,8 +20,8 @@ Where things live, by room:
   ``baselines``, ``reinforce``, ``credit``, ``claims``, ``clip_family``, ``diagnose``,
   ``symptoms``, ``collapse``, ``seed_stats``, ``passk``, ``bench_results``
 * optional dependencies: ``widgets``, ``gae_widget``, ``clip_widget`` (extra ``widgets``:
-  ipywidgets, matplotlib); ``trl_bridge``, ``trl_objectives``, ``hf_policy``, ``checkpoint``
-  (extra ``trl``: transformers, trl); ``trl_config`` needs only the core
+  ipywidgets, matplotlib); ``trl_bridge``, ``trl_objectives``, ``hf_policy``, ``checkpoint``,
+  ``real_lm`` (extra ``trl``: transformers, trl, peft); ``trl_config`` needs only the core
 * ``checks``: the exercise checkers of the classroom assignments
 
 ``pgrl_helpers.__version__`` is the installed version (pyproject.toml's; CHANGELOG.md says
