@@ -55,15 +55,22 @@ def test_tuning_prefers_reaching_then_fewer_responses_then_validation():
 
 
 def test_comparisons_cover_every_pair_and_count_a_miss_as_the_budget():
+    def seeded(runs):
+        return [dict(r, seed=k) for k, r in enumerate(runs)]
+
     runs = {
-        "A": [run(True, 1280, test=1.0)] * 5,
-        "B": [run(False, test=0.0)] * 5,
-        "C": [run(True, 1280, test=1.0)] * 4 + [run(False, test=0.0)],
+        "A": seeded([run(True, 1280, test=1.0)] * 5),
+        "B": seeded([run(False, test=0.0)] * 5),
+        "C": seeded([run(True, 1280, test=1.0)] * 4 + [run(False, test=0.0)]),
     }
     rows = bench.comparisons(runs)
     assert {(r["a"], r["b"]) for r in rows} == {("A", "B"), ("A", "C"), ("B", "C")}
     ab = next(r for r in rows if (r["a"], r["b"], r["metric"]) == ("A", "B", "responses to target"))
-    assert ab["mean_b"] == bench.budget_responses() and ab["p_value"] == pytest.approx(2 / 252)
+    # paired by seed: five differences of one sign give the sign-flip floor 2 / 2^5
+    assert ab["mean_b"] == bench.budget_responses() and ab["p_value"] == pytest.approx(2 / 32)
+    assert ab["paired"] is True
+    with pytest.raises(AssertionError):  # runs that are not seed k against seed k
+        bench.comparisons({"A": runs["A"], "B": runs["B"][::-1][:4] + runs["B"][:1]})
 
 
 def test_permutation_p_value_refuses_an_empty_group():
