@@ -216,6 +216,19 @@ V, L, B, G = 5, 3, 4, 6
 KL_COEF, EPSILON = 0.05, 0.2
 
 
+@pytest.fixture(autouse=True)
+def _accelerate_state():
+    """accelerate keeps one process-wide state; a GRPOTrainer built by another test of this
+    module and then dropped can leave it reset, and the module's shared ``trainer`` then fails
+    with "initialize your accelerator" (seen under pytest-randomly, seed 3). Re-create it."""
+    if importlib.util.find_spec("accelerate") is not None:
+        from accelerate import Accelerator
+        from accelerate.state import AcceleratorState
+
+        if not AcceleratorState._shared_state:
+            Accelerator(cpu=True)
+
+
 @pytest.fixture(scope="module")
 def trainer(tmp_path_factory):
     pytest.importorskip("trl")
