@@ -68,7 +68,7 @@ def group_moments(probs, scores, rewards, group_size: int, mode: str):
     """Exact mean float[P] and variance float[P] of g_hat with a *group* baseline.
 
     ``mode`` 'group_mean' (R_i - mean of the group), 'leave_one_out' (RLOO) or
-    'group_normalized' (GRPO's (R_i - mean) / std, DeepSeekMath eq. 3), computed
+    'group_normalized' (GRPO's (R_i - mean) / std, DeepSeekMath §4.1.2), computed
     per prompt by ``exact.group_estimate_moments`` (every ordered group of ``group_size``
     responses), then averaged over the batch like ``estimate_moments``.
 

@@ -310,7 +310,7 @@ def group_estimate_moments(
     (``"group_mean"``, GRPO without the std) or the mean of the other G - 1
     (``"leave_one_out"``, RLOO). ``"group_normalized"`` replaces (R_i - b_i) by GRPO's
     normalised delta (R_i - mean) / (max(std, std_floor) + eps), ``compute_deltas``'
-    ``normalized_rewards`` (DeepSeekMath eq. 3's advantage; a tied group gets 0).
+    ``normalized_rewards`` (DeepSeekMath §4.1.2, used in eq. 3; a tied group gets 0).
     Every one of the N**G ordered groups is enumerated (in chunks), so the returned
     (mean float64[P], variance float64[P]) are exact up to float64 rounding.
     Raises ValueError if N**G > ``max_groups``.
