@@ -7,7 +7,7 @@
 * ``make_dashboard(...)``: a preset list (``PRESETS``), ipywidgets controls for the
   ``TrainConfig`` fields that matter, a Train and a Stop button, a progress bar and the live
   plot. Only settings that can run are offered, and a setting that would train nothing
-  (``zero_update_reason``: G = 1 with a group baseline) is refused with a message. It trains by calling
+  (``TrainConfig.validate``: G = 1 with a group baseline) is refused with a message. It trains by calling
   ``training.run_policy_gradient`` with a callback (there is no second training loop):
   the callback moves the progress bar, redraws the plot and returns "stop" when the
   Stop button was pressed. After each run it shows ``diagnose()``'s findings for it;
@@ -36,7 +36,7 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .advantages import DELTA_MODES, compute_deltas
+from .advantages import DELTA_MODES
 from .config import PROMPT_SOURCES, TrainConfig
 from .diagnose import diagnose
 from .history import History
@@ -103,29 +103,6 @@ def run_label(config: TrainConfig, init_scale: float = 1.0) -> str:
     if init_scale != 1.0:
         label += f" init×{init_scale:g}"
     return label
-
-
-def zero_update_reason(config: TrainConfig) -> str | None:
-    """Why this config would train nothing, or None.
-
-    With G = 1 a group baseline is the response's own reward, so every delta is 0 (or
-    undefined) and no step moves the policy. Found by computing the deltas of a probe batch
-    with distinct rewards, so a new delta mode is covered without a list to maintain.
-    """
-    if config.num_responses != 1:
-        return None
-    probe = torch.arange(1.0, 5.0).reshape(4, 1)  # 4 groups of G = 1, distinct rewards
-    try:
-        deltas = compute_deltas(probe, config.deltas_mode)
-    except ValueError as err:
-        return str(err)
-    if bool((deltas == 0).all()):
-        return (
-            f"G = 1 with delta mode {config.deltas_mode!r}: each group's baseline is its only "
-            "response, so every delta is 0 and no update would happen. Pick G >= 2, or delta "
-            "mode 'rewards'"
-        )
-    return None
 
 
 def _check_history(history) -> None:
@@ -488,10 +465,7 @@ class TrainingDashboard(widgets.VBox):
             return None
         config = self.config_from_widgets()
         try:
-            config.validate()
-            reason = zero_update_reason(config)
-            if reason is not None:
-                raise ValueError(reason)
+            config.validate()  # also refuses G = 1 where every delta is 0
         except (ValueError, TypeError) as err:
             self._say(f"Cannot train with these settings: {html.escape(str(err))}", error=True)
             return None
