@@ -389,6 +389,31 @@ def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def prefill(model, prompts: list[list[int]], pad: int, repeats: int = 1):
+    """Run each prompt once and repeat its KV cache ``repeats`` times (prefix sharing).
+
+    A group of G replies to one prompt shares the prompt's keys and values, so the prompt is
+    run once instead of G times; ``repeat_interleave`` is differentiable, so with the gradient
+    on the prompt's tokens still receive the gradient of all G replies, exactly. Returns
+    (logits float[n, model vocab] at each prompt's last token, i.e. the distribution of reply
+    slot 0; the cache; the attention mask int64[n, width]; position ids int64[n, 1] of each
+    prompt's last token), n = len(prompts) x repeats, the repeats of a prompt side by side.
+    """
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+        raise ValueError(f"repeats (num_samples) must be an int >= 1, got {repeats!r}")
+    ids, mask = left_pad(prompts, pad, model_device(model))
+    out = model(
+        input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=True,
+        logits_to_keep=1,
+    )  # fmt: skip
+    cache = out.cache
+    if repeats > 1:
+        cache.batch_repeat_interleave(repeats)
+        mask = mask.repeat_interleave(repeats, dim=0)
+    logits = out.logits[:, -1].float().repeat_interleave(repeats, dim=0)
+    return logits, cache, mask, _positions(mask)[:, -1:]
+
+
 @torch.no_grad()
 def generate(
     model,
@@ -398,14 +423,17 @@ def generate(
     greedy: bool = True,
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
+    num_samples: int = 1,
 ) -> dict:
-    """Decode a reply to each prompt (token-id lists, any lengths) with the KV cache.
+    """Decode ``num_samples`` replies to each prompt (token-id lists, any lengths) with the KV
+    cache; n = len(prompts) x num_samples rows, the samples of a prompt side by side.
 
-    Greedy (argmax), or sampling from softmax(logits / temperature) with ``generator`` (on
-    any device; None: the default generator of the model's device). Returns 'tokens'
-    int64[n, max_new_tokens] and 'mask' float32[n, max_new_tokens] (1 up to and including
-    EOS), both on the model's device, and 'texts' / 'finished' (EOS written) from
-    ``decode_replies``. Rows that finished are fed the pad id and masked out.
+    Each prompt is run once (the prefill) and its KV cache repeated ``num_samples`` times
+    (``prefill``). Greedy (argmax), or sampling from softmax(logits / temperature) with
+    ``generator`` (on any device; None: the default generator of the model's device).
+    Returns 'tokens' int64[n, max_new_tokens] and 'mask' float32[n, max_new_tokens] (1 up to
+    and including EOS), both on the model's device, and 'texts' / 'finished' (EOS written)
+    from ``decode_replies``. Rows that finished are fed the pad id and masked out.
     """
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
@@ -413,13 +441,10 @@ def generate(
         raise ValueError(f"temperature must be > 0, got {temperature!r}")
     device = model_device(model)
     eos, pad = tokenizer.eos_token_id, pad_token_id(tokenizer)
-    ids, mask = left_pad(prompts, pad, device)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=True)
-    position = _positions(mask)[:, -1:]
-    done = torch.zeros(ids.shape[0], dtype=torch.bool, device=device)
+    logits, cache, mask, position = prefill(model, prompts, pad, num_samples)
+    done = torch.zeros(mask.shape[0], dtype=torch.bool, device=device)
     tokens = []
     for step in range(max_new_tokens):
-        logits = out.logits[:, -1].float()
         if greedy:
             nxt = logits.argmax(dim=-1)
         else:
@@ -435,12 +460,10 @@ def generate(
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
         position = position + 1
         out = model(
-            input_ids=nxt[:, None],
-            attention_mask=mask,
-            position_ids=position,
-            cache=out.cache,
+            input_ids=nxt[:, None], attention_mask=mask, position_ids=position, cache=cache,
             use_cache=True,
-        )
+        )  # fmt: skip
+        logits, cache = out.logits[:, -1].float(), out.cache
     tokens = torch.stack(tokens, dim=1)
     if tokens.shape[1] < max_new_tokens:
         fill = torch.full((tokens.shape[0], max_new_tokens - tokens.shape[1]), pad, device=device)
@@ -501,10 +524,9 @@ class ChatLMPolicy(nn.Module):
         return [prompt_token_ids(self.tokenizer, x, self.template) for x in decode_numbers(prompts)]
 
     def _decode(self, prompts, num_samples, generator, greedy):
-        rows = [r for r in self._prompt_rows(prompts) for _ in range(num_samples)]
         out = generate(
-            self.model, self.tokenizer, rows, self.response_length, greedy,
-            self.temperature, generator,
+            self.model, self.tokenizer, self._prompt_rows(prompts), self.response_length,
+            greedy, self.temperature, generator, num_samples=num_samples,
         )  # fmt: skip
         shape = (prompts.shape[0], num_samples, self.response_length)
         return out["tokens"].reshape(shape).to(prompts.device), out["mask"].reshape(shape).to(
@@ -517,15 +539,20 @@ class ChatLMPolicy(nn.Module):
         check_integer(responses, "responses")
         batch, trial, pos = responses.shape
         device = model_device(self.model)
-        rows = [r for r in self._prompt_rows(prompts) for _ in range(trial)]
-        ids, mask = left_pad(rows, pad_token_id(self.tokenizer), device)
-        ids = torch.cat([ids, responses.reshape(batch * trial, pos).to(device)], dim=1)
-        mask = torch.cat([mask, torch.ones(batch * trial, pos, dtype=mask.dtype, device=device)], 1)
-        out = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=_positions(mask),
-            logits_to_keep=pos + 1,
-        )  # fmt: skip
-        logits = out.logits[:, :-1].float()  # slot t is predicted at t - 1
+        # each prompt once, its KV cache repeated for its `trial` replies (``prefill``)
+        first, cache, mask, last = prefill(
+            self.model, self._prompt_rows(prompts), pad_token_id(self.tokenizer), trial
+        )
+        logits = first[:, None]  # [batch * trial, 1, vocab]: slot 0, from the prompt
+        if pos > 1:  # slot t >= 1 is predicted at reply token t - 1
+            replies = responses.reshape(batch * trial, pos)[:, :-1].to(device)
+            mask = torch.cat([mask, torch.ones_like(replies)], dim=1)
+            positions = last + 1 + torch.arange(pos - 1, device=device)
+            out = self.model(
+                input_ids=replies, attention_mask=mask, position_ids=positions, cache=cache,
+                use_cache=True,
+            )  # fmt: skip
+            logits = torch.cat([logits, out.logits.float()], dim=1)
         return torch.log_softmax(logits / self.temperature, dim=-1).reshape(batch, trial, pos, -1)
 
     def sample(self, prompts, num_samples, generator=None):
@@ -607,17 +634,20 @@ def evaluate(
     device = model_device(model)
     gen = None if greedy else torch.Generator(device=device).manual_seed(seed)
     rows = [prompt_token_ids(tokenizer, x, template) for x in lists]
-    jobs = [(i, r) for i, r in enumerate(rows) for _ in range(1 if greedy else num_samples)]
+    per_prompt = 1 if greedy else num_samples
+    step = max(1, batch_size // per_prompt)  # prompts per generate call (batch_size replies)
     start, cpu = time.perf_counter(), time.process_time()
     replies, lengths, finished = [], [], []
     model.eval()
-    for k in range(0, len(jobs), batch_size):
-        chunk = jobs[k : k + batch_size]
+    for k in range(0, len(rows), step):
+        chunk = list(range(k, min(k + step, len(rows))))
         out = generate(
-            model, tokenizer, [r for _, r in chunk], max_new_tokens, greedy, temperature, gen
-        )
+            model, tokenizer, [rows[i] for i in chunk], max_new_tokens, greedy, temperature,
+            gen, num_samples=per_prompt,
+        )  # fmt: skip
         lengths += out["mask"].sum(dim=1).tolist()
-        for (i, _), text, done in zip(chunk, out["texts"], out["finished"]):
+        jobs = [i for i in chunk for _ in range(per_prompt)]
+        for i, text, done in zip(jobs, out["texts"], out["finished"]):
             finished.append(done)
             replies.append({"numbers": lists[i], "text": text} | score_reply(lists[i], text, done))
     result = {k: sum(r[k] for r in replies) / len(replies) for k in ("exact", "partial", "format")}

@@ -450,6 +450,63 @@ def test_policy_log_probs_are_the_models_on_each_unpadded_sequence(tiny):
     assert greedy.shape == (2, 1, 5) and policy.training == model.training
 
 
+def _plain_log_probs(model, tok, prompts, responses):
+    """log pi of each reply token from one forward pass over prompt + reply, one row at a time
+    (no padding, no cache): what prefix sharing must reproduce."""
+    out = []
+    for b, numbers in enumerate(R.decode_numbers(prompts)):
+        row = R.prompt_token_ids(tok, numbers, TEMPLATE)
+        for t in range(responses.shape[1]):
+            ids = torch.tensor([row + responses[b, t].tolist()])
+            logits = model(input_ids=ids).logits[0, len(row) - 1 : -1]
+            out.append(torch.log_softmax(logits, -1).gather(-1, responses[b, t][:, None])[:, 0])
+    return torch.stack(out).reshape(responses.shape)
+
+
+def test_prefix_sharing_gives_the_plain_forward_passs_gradient(tiny):
+    """Each prompt runs once and its KV cache is repeated for its G replies: the loss and its
+    gradient with respect to every weight equal those of G separate prompt + reply passes."""
+    import copy
+
+    model, tok = tiny
+    model = copy.deepcopy(model).train()
+    policy = R.ChatLMPolicy(model, tok, TEMPLATE, max_new_tokens=4)
+    prompts = R.encode_numbers([[3, 1, 2], [9, 8, 7, 6, 5]])
+    responses, _ = policy.sample(prompts, 3, torch.Generator().manual_seed(1))
+    weights = torch.linspace(-1.0, 1.0, responses.numel()).reshape(responses.shape)
+    grads = []
+    for log_probs in (
+        lambda: policy.log_probs(prompts, responses),
+        lambda: _plain_log_probs(model, tok, prompts, responses),
+    ):
+        model.zero_grad()
+        (weights * log_probs()).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for shared, plain in zip(*grads):
+        torch.testing.assert_close(shared, plain, atol=1e-4, rtol=1e-4)
+
+
+def test_sampling_runs_each_prompt_once_and_gives_the_repeated_prompts_replies(tiny):
+    """generate(rows, num_samples=G) prefills len(rows) prompts, not len(rows) x G, and
+    decodes what G copies of each row would (greedy: the same reply G times)."""
+    model, tok = tiny
+    rows = [R.prompt_token_ids(tok, x, TEMPLATE) for x in ([3, 1, 2], [9, 8, 7, 6, 5])]
+    widths = []
+    forward = model.forward
+
+    def spy(*args, **kwargs):
+        widths.append(tuple(kwargs["input_ids"].shape))
+        return forward(*args, **kwargs)
+
+    with mock.patch.object(model, "forward", spy):
+        shared = R.generate(model, tok, rows, 5, greedy=True, num_samples=3)
+    assert widths[0][0] == 2 and all(w[0] == 6 for w in widths[1:])
+    copies = R.generate(model, tok, [r for r in rows for _ in range(3)], 5, greedy=True)
+    assert torch.equal(shared["tokens"], copies["tokens"])
+    with pytest.raises(ValueError, match="num_samples"):
+        R.generate(model, tok, rows, 5, num_samples=0)
+
+
 def test_policy_rejects_bad_settings(tiny):
     model, tok = tiny
     for bad in (0, 2.5, True):
