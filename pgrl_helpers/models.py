@@ -33,9 +33,11 @@ class LectureModel(PositionalPolicy, nn.Module):
       -> logits = decoded @ embedding.T               [batch, out_pos, vocab]
 
     Initial scale: ``nn.Embedding`` draws N(0, 1) entries and the same table is the (tied)
-    output layer, while the encoder and decoder weights are N(0, 1/dim); a logit then sums
-    dim * prompt_length unit-variance products, so its std is about sqrt(dim * prompt_length)
-    and the untrained policy is nearly deterministic (notebook 01 measures both).
+    output layer, while the encoder and decoder weights are N(0, 1/dim); the encoder and
+    decoder keep the variance, so each decoded coordinate has variance about prompt_length,
+    and a logit, a dim-term dot product with an N(0, 1) embedding row, has variance about
+    dim * prompt_length: its std is about sqrt(dim * prompt_length) and the untrained policy
+    is nearly deterministic (notebook 01 measures both).
 
     Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 11.
     """
