@@ -9,6 +9,7 @@ rule, or a split that leaks, fails here.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,52 @@ def test_notebook_08_does_not_call_finished_runs_collapsed():
     count = sum(r["collapsed"] for r in runs.values())
     line = next(x for x in outputs("08_real_lm_details").splitlines() if x.startswith(ours))
     assert line.split()[len(ours.split())] == f"{count}/5", line
+
+
+def test_notebook_08_prints_collapse_counts_at_neighbouring_margins():
+    """Review r4 (notebook 08, section 7): the rule's reward margin is one choice. The notebook
+    prints the collapsed counts at half, the rule's and twice the margin; they are recomputed
+    here from the JSON, and the prose may call the counts robust only to within what moved."""
+    bench = load("collapse")
+    margins = (collapse.REWARD_MARGIN / 2, collapse.REWARD_MARGIN, 2 * collapse.REWARD_MARGIN)
+    text = outputs("08_real_lm_details")
+    header = next((x for x in text.splitlines() if x.startswith("setting") and "below" in x), "")
+    assert header, "notebook 08 prints no table of collapse counts at neighbouring margins"
+    assert [f"below {1 - m:g}" for m in margins] == [
+        " ".join(header.split()[k : k + 2]) for k in (1, 3, 5)
+    ], header
+    largest_move = 0
+    for name in bench["settings"]:
+        runs = [r for r in bench["runs"] if r["setting"] == name]
+        counts = [
+            sum(
+                collapse.is_collapsed(
+                    r["curves"]["validation_exact"],
+                    r["curves"]["entropy"],
+                    bench["target"],
+                    training_reward=r["curves"]["mean_reward"],
+                    reward_margin=m,
+                )
+                for r in runs
+            )
+            for m in margins
+        ]
+        largest_move = max(largest_move, max(counts) - min(counts))
+        width = len(name.split())
+        lines = [  # table rows: the setting's name, then a count such as 2/5
+            x.split()
+            for x in text.splitlines()
+            if x.startswith(name) and re.fullmatch(r"\d+/\d+", (x.split() + [""])[width])
+        ]
+        assert len(lines) == 2, f"{name}: the rule's table and the margins' table"
+        printed = lines[1][width : width + 3]
+        assert printed == [f"{c}/{len(runs)}" for c in counts], (name, lines[1])
+    prose = " ".join(markdown("08_real_lm_details").split())
+    assert "Halving or doubling the margin" in prose
+    if largest_move <= 1:
+        assert "by at most one seed" in prose
+    else:
+        assert "by at most one seed" not in prose
 
 
 def test_collapse_json_matches_notebook_08_prose():
