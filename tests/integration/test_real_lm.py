@@ -591,3 +591,32 @@ def test_the_converted_model_generates_the_argmax_of_its_own_forward_pass(smol):
         logits = model(input_ids=torch.tensor([row + reply[:3]])).logits[0, len(row) - 1 :]
     assert reply == logits.argmax(-1).tolist()
     assert out["texts"][0].strip() and out["finished"] == [False]  # it talks: 4 tokens, no EOS
+
+
+ADAPTER = R.DEFAULT_DIR.parents[1] / "benchmarks" / "results" / "real_lm_adapter"
+
+
+@needs_model
+@pytest.mark.skipif(not ADAPTER.exists(), reason="benchmarks/results/real_lm_adapter not committed")
+def test_the_committed_adapter_sorts_held_out_lists_the_base_model_does_not(smol):
+    """Issue 37: base + the committed LoRA adapter (seed 0 of bench_real_lm.py's sft_rl arm)
+    sorts more of 8 test-split lists (multisets no training batch held) than the base model,
+    greedy, 14 new tokens at most."""
+    import argparse
+    import copy
+    import sys
+
+    from peft import PeftModel
+
+    sys.path.insert(0, str(ADAPTER.parents[1]))
+    import bench_real_lm as B
+
+    model, tok = smol
+    settings = argparse.Namespace(
+        reply_tokens=14, prompts=4, group=8, rl_steps=1, learning_rate=1e-4, threads=1
+    )
+    test = B.splits(settings)[1][:8]
+    score = lambda m: R.evaluate(m, tok, test, ISSUE, max_new_tokens=14)["exact"]  # noqa: E731
+    base = score(model)
+    tuned = PeftModel.from_pretrained(copy.deepcopy(model), str(ADAPTER)).eval()
+    assert score(tuned) > base

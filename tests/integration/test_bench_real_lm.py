@@ -1,0 +1,93 @@
+"""benchmarks/bench_real_lm.py end to end on a tiny random Llama (seconds, no converted model).
+
+The benchmark's ``--quick`` run: its own code path (SFT, our loop with the chat policy and LoRA, the validation
+stopping rule, the test scored once, pass@k, the KL to the base model, the float16 adapter, the
+report with its paired comparison) runs on notebook 14's word-level tokenizer and a 2-layer
+Llama in place of SmolLM2, with everything made small. What it guarantees: the script runs from
+its command line to its JSON on a model of the real architecture, training never sees a
+held-out multiset, and the saved adapter is float16 and loads onto the base model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("peft")
+
+from pgrl_helpers import real_lm as R  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import bench_real_lm as B  # noqa: E402
+
+
+@pytest.fixture()
+def tiny_bench(tmp_path, monkeypatch):
+    """The benchmark's --quick run (``--model tiny``) into tmp_path; module globals restored."""
+    for name in ("RUNS", "OUT", "HELDOUT"):
+        monkeypatch.setattr(B, name, getattr(B, name))
+    before = torch.get_num_threads()
+    yield tmp_path
+    torch.set_num_threads(before)
+
+
+def test_the_benchmark_runs_from_its_command_line_to_its_report(tiny_bench):
+    tmp = tiny_bench
+    B.main(["--quick", "--out", str(tmp)])
+    run = json.loads((tmp / "real_lm_runs" / "sft_rl_seed0.json").read_text())
+    assert run["sft"]["heldout_multisets_in_training"] == 0 and run["sft"]["steps"] == 1
+    assert run["rl"]["training_prompts"] == 2 * 2  # 2 steps x 2 prompts
+    assert run["rl"]["training_prompts_with_heldout_multiset"] == 0
+    assert [p["step"] for p in run["rl"]["validation_curve"]] == [0, 1, 2]
+    assert run["rl"]["best_step"] in (0, 1, 2)
+    assert len(run["test_sampled"]["correct_per_problem"]) == 8
+    assert set(run["test_sampled"]["pass_at_k"]) == {"1", "2"}
+    assert run["kl_to_base"]["replies"] == 8 * 2
+    # the adapter is saved in float16, trained, and loads onto the base model
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    weights = load_file(str(tmp / "real_lm_adapter" / "adapter_model.safetensors"))
+    assert weights and all(v.dtype == torch.float16 for v in weights.values())
+    assert any(bool(v.abs().sum() > 0) for k, v in weights.items() if "lora_B" in k)  # trained
+    base, _ = B.load_model(argparse.Namespace(model="tiny", device="cpu"))
+    PeftModel.from_pretrained(base, str(tmp / "real_lm_adapter"))
+
+    report = json.loads((tmp / "real_lm.json").read_text())
+    assert set(report["summary"]) == {"rl", "sft_rl"}
+    assert report["summary"]["rl"]["seeds"] == [0, 1]
+    comparison = report["comparisons"]["sft_rl_vs_rl_test_exact"]
+    assert comparison["paired"] is True and comparison["seeds"] == [0, 1]
+    assert report["splits"]["test_scored_by"] and report["splits"]["test_guided_choice"] is None
+    assert report["adapter"].endswith("real_lm_adapter")
+    text = B.section(report)
+    assert "| rl | [0, 1] |" in text and "paired sign-flip" in text
+
+
+def test_quick_never_writes_into_the_results_folder():
+    with pytest.raises(SystemExit, match="never benchmarks/results"):
+        B.main(["--quick", "--out", str(B.RESULTS)])
+
+
+def test_an_unknown_arm_is_refused(tiny_bench):
+    with pytest.raises(SystemExit, match="--arm must be one of"):
+        B.main(["run", "--arm", "ppo", "--model", "tiny"])
+
+
+def test_sft_refuses_a_batch_with_a_held_out_multiset(tiny_bench):
+    """Planted bug: a task whose training prompts are the validation set. The SFT step checks
+    the keys it trained on against the held-out ones and stops."""
+
+    model, tok = B.load_model(argparse.Namespace(model="tiny", device="cpu"))
+    args = argparse.Namespace(sft_learning_rate=1e-3, sft_steps=1, sft_batch=2)
+    task = R.RealLMSortTask(tok)
+    held_out = R.encode_numbers([[3, 1, 2], [9, 8, 7, 6, 5]])
+    task.training_prompts = lambda n, generator, excluded: held_out  # the planted bug
+    with pytest.raises(AssertionError, match="SFT trained on held-out multisets"):
+        B.run_sft(model, tok, task, task.prompt_key(held_out), args, 0, "sort {numbers}")
