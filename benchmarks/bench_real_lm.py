@@ -24,6 +24,7 @@ Parts (each writes ``benchmarks/results/real_lm_runs/<part>.json``; ``report`` m
 into ``benchmarks/results/real_lm.json``; several ``run`` parts can go in parallel, one torch
 thread each):
 
+    .venv/bin/python benchmarks/bench_real_lm.py            # everything but speed, 2-3 h
     .venv/bin/python benchmarks/bench_real_lm.py base
     .venv/bin/python benchmarks/bench_real_lm.py run --arm sft_rl --seed 0
     .venv/bin/python benchmarks/bench_real_lm.py speed      # our loop against TRL, per step
@@ -56,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from _common import machine, split_record  # noqa: E402
+from _common import machine, output_dir, parse_args, split_record  # noqa: E402
 
 from pgrl_helpers import real_lm as R  # noqa: E402
 from pgrl_helpers.passk import pass_at_k  # noqa: E402
@@ -254,7 +255,7 @@ def run_sft(model, tokenizer, task, heldout_keys, args, seed, template) -> dict:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        losses.append(round(float(loss), 4))
+        losses.append(round(float(loss.detach()), 4))
     clash = keys & set(heldout_keys.tolist())
     if clash:
         raise AssertionError(f"SFT trained on held-out multisets {sorted(clash)[:5]}")
@@ -387,7 +388,7 @@ def describe_adapter(folder: Path, args) -> None:
     a model card that says what the adapter is and how to load it."""
     config_path = folder / "adapter_config.json"
     config = json.loads(config_path.read_text())
-    base = Path(config["base_model_name_or_path"])
+    base = Path(config.get("base_model_name_or_path") or ".")  # None: a model made in code
     if base.is_absolute() and base.resolve().is_relative_to(ROOT.resolve()):
         config["base_model_name_or_path"] = base.resolve().relative_to(ROOT.resolve()).as_posix()
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
@@ -558,13 +559,27 @@ def section(r: dict, results_dir=RESULTS) -> str:
             f"| {arm} | {sm['seeds']} | {after} | {sm['median_gain_points']:+.1f} | "
             f"{sm['worst_gain_points']:+.1f} | {p1:.3f} / {pn:.3f} | {kl:.3f} | {cpu} |"
         )
+    lines.append("")
+    for arm, rows in r["runs"].items():
+        best = [x["rl"]["best_step"] for x in rows]
+        last = rows[0]["rl"]["steps"]
+        said = f"Validation kept, per seed, the adapter of RL step {best} (of {last})"
+        if all(b == 0 for b in best) and arm == "sft_rl":
+            said += (": on every seed the SFT adapter, before any GRPO step; GRPO after SFT "
+                     "never beat it on validation, so this arm's test scores are SFT's")  # fmt: skip
+        elif all(b == last for b in best):
+            said += ": the last step on every seed (its last evaluation was its best)"
+        lines.append(f"- `{arm}`: {said}.")
     for name, c in r.get("comparisons", {}).items():
         lines += ["", f"{name} (paired by seed): {format_comparison(c)}"]
     speed = r.get("speed", {}).get("cpu_seconds_per_step")
     if speed:
         lines += [
             "",
-            f"CPU seconds per optimizer step on the same model, batch and LoRA: our loop "
+            f"CPU seconds per optimizer step on the same model, batch "
+            f"({r['speed']['prompts_per_step']} prompts x G = {r['speed']['group_size']}, at "
+            f"most {r['speed']['max_reply_tokens']} new tokens) and LoRA (r "
+            f"{r['speed']['lora_r']}): our loop "
             f"{speed['ours_median']:.1f}, TRL's GRPOTrainer {speed['trl_median']:.1f} "
             f"(TRL / ours = {speed['ratio_trl_over_ours']:.2f}).",
         ]
@@ -574,31 +589,20 @@ def section(r: dict, results_dir=RESULTS) -> str:
 PARTS = {"base": part_base, "run": part_run, "speed": part_speed, "report": part_report}
 
 
-def quick(args) -> None:
-    """Every part but speed, on the tiny model, small, into ``args.out``."""
-    global RUNS, OUT, HELDOUT
-    out = Path(args.out)
-    RUNS, OUT, HELDOUT = out / "real_lm_runs", out / f"{NAME}.json", 8
-    small = [
-        "--model", "tiny", "--threads", "1", "--reply-tokens", "6", "--lora-r", "2",
-        "--prompts", "2", "--group", "2", "--rl-steps", "2", "--sft-steps", "1",
-        "--sft-batch", "2", "--val-every", "1", "--n-samples", "2",
-    ]  # fmt: skip
-    main(["base", *small])
-    for seed in (0, 1):
-        main(["run", "--arm", "rl", "--seed", str(seed), *small])
-        extra = ["--save-adapter", str(out / "real_lm_adapter")] if seed == 0 else []
-        main(["run", "--arm", "sft_rl", "--seed", str(seed), *small, *extra])
-    main(["report", *small])
+#: The recipe of the recorded runs: RL steps per arm (both arms then cost about the same
+#: training CPU: the SFT steps take the place of 20 RL steps), SFT steps of ``sft_rl``.
+RL_STEPS = {"rl": 60, "sft_rl": 40}
+SFT_STEPS = 30
+SEEDS = (0, 1, 2)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("part", nargs="?", choices=list(PARTS))
-    p.add_argument("--quick", action="store_true", help="the code path on a tiny model, seconds")
-    p.add_argument("--out", default=str(RESULTS), help="--quick: the folder to write into")
+def add_options(p: argparse.ArgumentParser) -> None:
+    """This benchmark's options (beside the shared --quick, --seeds, --out)."""
+    p.add_argument("part", nargs="?", choices=list(PARTS), default=None,
+                   help="one part (default: the whole benchmark: base, both arms x --seeds, "
+                   "report; speed is separate)")  # fmt: skip
     p.add_argument("--arm", default="sft_rl", help=f"run: one of {ARMS}")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="run: the seed")
     p.add_argument("--model", default=str(R.DEFAULT_DIR), help="PATH_OR_HUB_ID, or tiny")
     p.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto")
     p.add_argument("--threads", type=int, default=1)
@@ -606,9 +610,9 @@ def main(argv=None):
     p.add_argument("--lora-r", type=int, default=8)
     p.add_argument("--prompts", type=int, default=4, help="prompts per RL step")
     p.add_argument("--group", type=int, default=8, help="G: replies per prompt")
-    p.add_argument("--rl-steps", type=int, default=60)
+    p.add_argument("--rl-steps", type=int, default=None, help=f"default per arm: {RL_STEPS}")
     p.add_argument("--learning-rate", type=float, default=3e-4)
-    p.add_argument("--sft-steps", type=int, default=20)
+    p.add_argument("--sft-steps", type=int, default=SFT_STEPS)
     p.add_argument("--sft-batch", type=int, default=16)
     p.add_argument("--sft-learning-rate", type=float, default=5e-4)
     p.add_argument("--val-every", type=int, default=10)
@@ -617,22 +621,18 @@ def main(argv=None):
     p.add_argument("--speed-steps", type=int, default=5)
     p.add_argument("--save-adapter", default=None, help="run: save the adapter here")
     p.add_argument("--name", default=None, help="run: the part's file name (default ARM_seedN)")
-    args = p.parse_args(argv)
-    warnings.filterwarnings("ignore")
-    torch.set_num_threads(args.threads)
-    if args.quick:
-        if Path(args.out).resolve() == RESULTS.resolve():
-            raise SystemExit("--quick writes into --out DIR, never benchmarks/results/")
-        quick(args)
-        return
-    if args.part is None:
-        p.error("a part is needed (base, run, speed, report), or --quick")
+
+
+def run_part(args: argparse.Namespace) -> None:
+    """One part into RUNS/<name>.json (report: OUT)."""
+    if args.part == "run" and args.rl_steps is None:
+        args.rl_steps = RL_STEPS.get(args.arm)
     if args.part == "report":
         part_report(args)
         return
     start, before = clocks(), machine()
     result = PARTS[args.part](args)
-    result["settings"] = {k: v for k, v in vars(args).items() if k != "part"}
+    result["settings"] = {k: v for k, v in vars(args).items() if k not in ("part", "out_dir")}
     result["wall_and_cpu"] = since(start)
     result["load_average_before"] = before["load_average_1_5_15_min"]
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
@@ -643,5 +643,47 @@ def main(argv=None):
     print(f"wrote {RUNS / f'{name}.json'}", flush=True)
 
 
+QUICK = dict(
+    model="tiny", threads=1, reply_tokens=6, lora_r=2, prompts=2, group=2, rl_steps=2,
+    sft_steps=1, sft_batch=2, val_every=1, n_samples=2,
+)  # fmt: skip
+
+
+def main(quick: bool = False, seeds=None, out_dir=RESULTS, **options) -> dict:
+    """The whole benchmark (or ``options['part']`` alone) into ``out_dir``; ``quick``: every
+    part but speed on the tiny model (``QUICK``), seeds 0 and 1. Returns real_lm.json's content
+    (None after a single part other than report)."""
+    global RUNS, OUT, HELDOUT
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    args = parser.parse_args([])
+    vars(args).update({k: v for k, v in options.items() if v is not None or k == "part"})
+    out = output_dir(out_dir, quick)
+    if out != RESULTS.resolve():
+        RUNS, OUT = out / "real_lm_runs", out / f"{NAME}.json"
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(args.threads)
+    if quick:
+        HELDOUT = 8
+        vars(args).update(QUICK)
+    if quick or args.part is None:
+        seeds = list(seeds) if seeds else ([0, 1] if quick else list(SEEDS))
+        run_part(argparse.Namespace(**{**vars(args), "part": "base"}))
+        for seed in seeds:
+            for arm in ARMS:
+                save = (
+                    str(out / "real_lm_adapter") if arm == "sft_rl" and seed == seeds[0] else None
+                )
+                steps = args.rl_steps if quick else RL_STEPS[arm]
+                run_part(argparse.Namespace(**{**vars(args), "part": "run", "arm": arm,
+                                               "seed": seed, "rl_steps": steps,
+                                               "save_adapter": save}))  # fmt: skip
+        args.part = "report"
+    if seeds and args.part == "run":
+        args.seed = seeds[0]
+    run_part(args)
+    return json.loads(OUT.read_text()) if args.part == "report" else None
+
+
 if __name__ == "__main__":
-    main()
+    main(**parse_args(add_options))

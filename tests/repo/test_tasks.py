@@ -279,7 +279,10 @@ def test_a_mocked_linux_setup_installs_the_cpu_torch_first_and_says_so(
     tasks.setup(tasks.LAB_REQUIREMENTS, about="the student packages")
     installs = pip.installs()
     assert installs[0][-3:] == ["torch==2.13.0", "--index-url", tasks.TORCH_CPU_INDEX]
-    assert installs[1][-4:] == ["-r", "requirements.txt", "-r", "requirements-scale.txt"]
+    assert installs[1][-6:] == [
+        "-r", "requirements.txt", "-r", "requirements-scale.txt",
+        "-r", "requirements-real-model.txt",
+    ]  # fmt: skip
     assert installs[2][-2:] == ["-e", "."]
     said = capsys.readouterr().out
     assert "Setup done (torch 2.13.0+cpu, the CPU build)." in said
@@ -305,9 +308,26 @@ def test_the_package_brings_numpy_and_never_a_newer_torch_than_the_pin():
 
 
 def test_the_student_setup_brings_the_trl_extra():
-    assert tasks.LAB_REQUIREMENTS == ["requirements.txt", "requirements-scale.txt"]
+    assert tasks.LAB_REQUIREMENTS == [
+        "requirements.txt", "requirements-scale.txt", "requirements-real-model.txt"
+    ]  # fmt: skip
     readme = (ROOT / "README.md").read_text()
-    assert "requirements-scale.txt" in readme and "09, 12 and 14" in readme
+    assert "requirements-scale.txt" in readme and "09, 12, 14 and 16" in readme
+    assert "requirements-real-model.txt" in readme
+
+
+def test_lab_and_test_convert_the_real_model_after_their_setup(monkeypatch):
+    """Notebook 16 loads models/SmolLM2-135M-Instruct: the first command and the test command
+    make it (``ensure_real_model``) right after installing gguf."""
+    calls = []
+    monkeypatch.setattr(tasks, "setup", lambda files, **kw: calls.append(("setup", list(files))))
+    monkeypatch.setattr(tasks, "run", lambda *cmd, **kw: calls.append(("run", list(map(str, cmd)))))
+    monkeypatch.setattr(tasks, "run_stages", lambda stages: calls.append(("stages", len(stages))))
+    monkeypatch.setattr(tasks.sys, "argv", ["tasks.py", "test"])
+    tasks.test()
+    assert calls[0] == ("setup", tasks.TEST_REQUIREMENTS)
+    assert calls[1][0] == "run" and calls[1][1][-2:] == ["pgrl_helpers.real_lm", "convert"]
+    assert "requirements-real-model.txt" in tasks.TEST_REQUIREMENTS
 
 
 # --------------------------------------------------------------------------------------
@@ -385,3 +405,32 @@ def test_a_reset_says_where_the_old_copies_went(tmp_path):
 def test_quick_benchmarks_use_the_cores_between_two_and_four():
     assert [tasks.quick_bench_workers(n) for n in (None, 1, 2, 3, 16)][1:] == [2, 2, 3, 4]
     assert 2 <= tasks.quick_bench_workers() <= 4
+
+
+def test_unit_tests_hand_out_whole_modules_the_slowest_first():
+    """Every SLOW_TEST_FILES entry exists (a renamed file would silently lose its place), the
+    command keeps whole modules per worker and still collects all of tests/ after them."""
+    missing = [name for name in tasks.SLOW_TEST_FILES if not (ROOT / name).is_file()]
+    assert missing == [], f"SLOW_TEST_FILES names files that do not exist: {missing}"
+    cmd = [str(c) for c in tasks.unit_test_command("-k", "kl")]
+    slow = list(tasks.SLOW_TEST_FILES)
+    files = [c for c in cmd[3:] if c.endswith(".py")]
+    every = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py"))
+    assert files[: len(slow)] == slow and sorted(files) == every  # each test file once
+    assert cmd[cmd.index("--dist") + 1] == "loadscope" and cmd[-2:] == ["-k", "kl"]
+
+
+def test_notebooks_longest_first_reads_the_stored_timings(tmp_path):
+    names = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    known = {name: float(i) for i, name in enumerate(names[1:])}  # names[0] has no timing
+    timings = tmp_path / "t.json"
+    timings.write_text(json.dumps({"notebooks": [
+        {"notebook": n, "cpu_seconds": s, "wall_seconds": s} for n, s in known.items()
+    ]}))  # fmt: skip
+    order = tasks.notebooks_longest_first(timings)
+    assert order[0] == f"notebooks/{names[0]}", "a notebook without a timing counts as slowest"
+    assert order[1:] == [f"notebooks/{n}" for n in sorted(known, key=known.get, reverse=True)]
+    # no timings file: every notebook still runs
+    assert sorted(tasks.notebooks_longest_first(tmp_path / "none.json")) == [
+        f"notebooks/{n}" for n in names
+    ]
