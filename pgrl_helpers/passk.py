@@ -9,7 +9,7 @@ over problems. It is the probability that a k-subset drawn without replacement f
 samples contains at least one correct sample. The plug-in 1 - (1 - c/n)^k (sampling *with*
 replacement) is biased low for k > 1; the two agree only at k = 1.
 
-Taught in notebook 14.
+Taught in notebooks 14, 16.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k for one problem from n samples of which c are correct (Chen et al. 2021,
     eq. 1), computed as the numerically stable product 1 - prod_{i=n-c+1}^{n} (1 - k / i).
 
-    Taught in notebook 14.
+    Taught in notebooks 14, 16.
     """
     _check_count("n", n, 1)
     _check_count("c", c, 0)

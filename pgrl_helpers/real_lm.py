@@ -30,8 +30,9 @@ cache, greedy or by sampling; every tensor lives on the model's device and the d
 ``torch.Generator`` (on any device: the probabilities move to it), never a CPU-only tensor.
 ``ChatLMPolicy`` puts a model behind the loop's ``Policy`` interface.
 
-Not imported by a notebook: groundwork for notebook 16 (issue 37); its tests are
-tests/integration/test_real_lm.py and its measurements scale/real_lm_probe.py.
+Its tests are tests/integration/test_real_lm.py and its measurements scale/real_lm_probe.py.
+
+Taught in notebook 16.
 """
 
 from __future__ import annotations

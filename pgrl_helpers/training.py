@@ -46,7 +46,7 @@ Six named extension points, all in ``pgrl_helpers.registry``, each a dict keyed 
 (``rollout_source``), ``BATCH_FILTERS`` (``batch_filter``), ``ADVANTAGE_ESTIMATORS``
 (``advantage_estimator``) and ``POLICY_OBJECTIVES`` (``policy_objective``).
 
-Taught in notebooks 04, 07, 08, 09, 10, 11, 12, 13, 15.
+Taught in notebooks 04, 07, 08, 09, 10, 11, 12, 13, 15, 16.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def run_policy_gradient(
     (it must implement ``Policy`` and fit every shape the config implies) instead of
     building one. The same config (seed included) gives an identical history.
 
-    Taught in notebooks 07, 08, 09, 10, 11, 12, 13, 15.
+    Taught in notebooks 07, 08, 09, 10, 11, 12, 13, 15, 16.
     """
     config.validate()
     threads_before = torch.get_num_threads()
