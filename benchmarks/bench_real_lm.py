@@ -401,8 +401,11 @@ def describe_adapter(folder: Path, args) -> None:
         "`python3 tasks.py real-model` into `models/SmolLM2-135M-Instruct`. Load it with:\n\n"
         "```python\nfrom peft import PeftModel\nfrom pgrl_helpers import real_lm\n\n"
         "base, tokenizer = real_lm.load()  # models/SmolLM2-135M-Instruct\n"
-        "model = PeftModel.from_pretrained(base, 'benchmarks/results/real_lm_adapter')\n```\n\n"
+        'model = PeftModel.from_pretrained(base, "benchmarks/results/real_lm_adapter")\n```\n\n'
         f"Prompt: the chat template with the user message `{R.PROMPT_TEMPLATES[TEMPLATE_NAME]}`.\n"
+        "The adapter is the one the run's validation stopping rule kept (see `best_step` in "
+        "the run's record; for seed 0 of `sft_rl` that is step 0: the SFT adapter, before any "
+        "GRPO step).\n"
     )
 
 
