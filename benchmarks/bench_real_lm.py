@@ -100,8 +100,11 @@ def load_model(args):
 
 def train_config(args, seed: int):
     """The loop's configuration: one optimizer step per batch of ``--prompts`` x ``--group``
-    replies (pi_old = pi_theta, so the ratio is 1 and the loss is REINFORCE with GRPO's
-    group-normalized deltas), no KL term (beta = 0, as Dr. GRPO and DAPO)."""
+    replies (pi_old = pi_theta, so the ratio is 1 and the loss is REINFORCE with the group-mean
+    baseline R_i - mean, not divided by the std: the default ``centered_rewards``, Dr. GRPO's
+    advantage, Liu et al. 2025 sec. 3), no KL term (beta = 0, as Dr. GRPO and DAPO). The loop
+    greedy-scores its held-out pair (= this benchmark's validation and test) before and after
+    training, as it always does; the benchmark neither stores nor reads those scores."""
     from pgrl_helpers.config import TrainConfig
 
     return TrainConfig(
@@ -213,7 +216,8 @@ class ScoredTask(R.RealLMSortTask):
 
     def reward(self, prompts, responses):
         s = self.scores(prompts, responses)
-        self.log.append({k: round(float(v.mean()), 4) for k, v in s.items()})
+        if responses.shape[1] > 1:  # training groups only: the loop's greedy evaluations have 1
+            self.log.append({k: round(float(v.mean()), 4) for k, v in s.items()})
         return sum(float(w) * s[k] for k, w in self.weights.items())
 
 
