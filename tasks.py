@@ -81,7 +81,7 @@ FIRST_NOTEBOOK = "notebooks/00_start_here.ipynb"
 DEFAULT_URL_OPTIONS = ("--LabApp.default_url", "--ServerApp.default_url")
 
 #: Requirement files installed for readers (lab) and, in addition, for the test run. The
-#: TRL extra is part of the student setup: notebooks 09, 12 and 14 need it.
+#: TRL extra is part of the student setup: notebooks 09, 12, 14 and 16 need it.
 #: requirements-real-model.txt: gguf, to convert notebook 16's model (``ensure_real_model``).
 LAB_REQUIREMENTS = ["requirements.txt", "requirements-scale.txt", "requirements-real-model.txt"]
 TEST_REQUIREMENTS = [
