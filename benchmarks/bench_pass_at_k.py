@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What RL adds to a checkpoint: pass@k before and after GRPO (notebook 14).
 
-Per seed: build the SFT checkpoint (``pgrl_helpers.checkpoint.FULL`` with that seed), sample
+Per seed: build the SFT checkpoint (``pgrl_helpers.hf.checkpoint.FULL`` with that seed), sample
 n = 256 completions per held-out test problem before RL, run GRPO with TRL
 (``scale/grpo_checkpoint.py``: validation picks the stopping step), sample again, and record
 the per-problem correct counts c. pass@k is Chen et al. 2021 (arXiv 2107.03374) eq. 1. Regions:
@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import RESULTS_DIR, output_dir, parse_args, record_splits  # noqa: E402
 
-from pgrl_helpers import checkpoint as ck  # noqa: E402
+from pgrl_helpers.hf import checkpoint as ck  # noqa: E402
 from pgrl_helpers.seed_stats import compare_seeds  # noqa: E402
 
 NAME = "pass_at_k"

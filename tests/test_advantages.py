@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgrl_helpers.advantages import DELTA_MODES, MASK_MODES, compute_deltas, zero_deltas_reason
-from pgrl_helpers.trl_config import TRL_SCALE_REWARDS
+from pgrl_helpers.hf.trl_config import TRL_SCALE_REWARDS
 
 #: Other test files whose tests also pin pgrl_helpers/advantages.py (tests/mutation.py).
 MUTATION_ALSO = ("integration/test_framework_agreement.py", "test_registry.py")

@@ -9,7 +9,7 @@ import torch
 pytest.importorskip("transformers")
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from pgrl_helpers import checkpoint as ck  # noqa: E402
+from pgrl_helpers.hf import checkpoint as ck  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import ipywidgets
 import pytest
 
 from pgrl_helpers.clip_family import CLIP_FAMILY, autograd_weight, clip_settings, weight_formula
-from pgrl_helpers.clip_widget import ClipFamilyWidget
+from pgrl_helpers.ui.clip_widget import ClipFamilyWidget
 
 RATIOS = [0.3, 0.75, 0.85, 0.95, 1.0, 1.05, 1.15, 1.25, 1.35, 1.6, 2.2, 3.5]
 

@@ -1,4 +1,4 @@
-"""Tests of pgrl_helpers.hf_policy: the TRL bridge's GPT-2 trained by our own loop.
+"""Tests of pgrl_helpers.hf.hf_policy: the TRL bridge's GPT-2 trained by our own loop.
 
 Skipped only when the optional extra (requirements-scale.txt: transformers, tokenizers) is
 not installed.
@@ -17,7 +17,7 @@ import torch  # noqa: E402
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from pgrl_helpers import hf_policy, trl_bridge  # noqa: E402
+from pgrl_helpers.hf import hf_policy, trl_bridge  # noqa: E402
 from pgrl_helpers.config import TrainConfig  # noqa: E402
 from pgrl_helpers.policy import Policy, check_policy_fits  # noqa: E402
 from pgrl_helpers.sort_task import make_prompts  # noqa: E402

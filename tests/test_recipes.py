@@ -85,12 +85,12 @@ def test_the_run_that_learns_is_a_preset_and_the_dashboards_default():
     config = TrainConfig.preset("generalizing_transformer")
     config.validate()
     assert (config.model, config.prompt_source, config.num_epochs) == ("transformer", "random", 200)
-    widgets = pytest.importorskip("pgrl_helpers.widgets")  # the dashboard reads the recipe
+    widgets = pytest.importorskip("pgrl_helpers.ui.dashboard")  # the dashboard reads the recipe
     assert widgets.PRESETS["generalizing transformer"] == (config, 1.0)
     assert widgets.DEFAULT_PRESET == "generalizing transformer"
     sizes = {k: getattr(config, k) for k in widgets.MODEL_DEFAULTS["transformer"]}
     assert sizes == widgets.MODEL_DEFAULTS["transformer"], "the dashboard's transformer sizes"
-    source = (REPO / "pgrl_helpers" / "widgets.py").read_text()
+    source = (REPO / "pgrl_helpers" / "ui" / "dashboard.py").read_text()
     assert 'TrainConfig.preset("generalizing_transformer")' in source, "one home, not a copy"
 
 

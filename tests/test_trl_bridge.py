@@ -1,4 +1,4 @@
-"""Tests of pgrl_helpers.trl_bridge: the TrainConfig -> GRPOConfig mapping, the word-level
+"""Tests of pgrl_helpers.hf.trl_bridge: the TrainConfig -> GRPOConfig mapping, the word-level
 tokenizer, the reward wrapper, and the cross-check of TRL's loss against ours.
 
 The mapping tests need nothing but the core package; the others skip only when the
@@ -19,8 +19,8 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from pgrl_helpers import trl_bridge as tb  # noqa: E402
-from pgrl_helpers import trl_config as tc  # noqa: E402
+from pgrl_helpers.hf import trl_bridge as tb  # noqa: E402
+from pgrl_helpers.hf import trl_config as tc  # noqa: E402
 from pgrl_helpers.advantages import DELTA_MODES, compute_deltas  # noqa: E402
 from pgrl_helpers.config import TrainConfig  # noqa: E402
 from pgrl_helpers.kl import compute_kl_penalty  # noqa: E402
@@ -426,7 +426,7 @@ def test_fresh_test_split_is_disjoint_from_train_val_and_the_old_test_set():
 
 
 def test_the_trl_bridge_refuses_kl_cov_naming_it():
-    from pgrl_helpers import trl_config
+    from pgrl_helpers.hf import trl_config
 
     config = TrainConfig(loss_mode="kl_cov", num_responses=4, prompt_source="random")
     with pytest.raises(ValueError, match="loss_mode 'kl_cov' .KL-Cov"):

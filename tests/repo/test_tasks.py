@@ -326,7 +326,7 @@ def test_lab_and_test_convert_the_real_model_after_their_setup(monkeypatch):
     monkeypatch.setattr(tasks.sys, "argv", ["tasks.py", "test"])
     tasks.test()
     assert calls[0] == ("setup", tasks.TEST_REQUIREMENTS)
-    assert calls[1][0] == "run" and calls[1][1][-2:] == ["pgrl_helpers.real_lm", "convert"]
+    assert calls[1][0] == "run" and calls[1][1][-2:] == ["pgrl_helpers.hf.real_lm", "convert"]
     assert "requirements-real-model.txt" in tasks.TEST_REQUIREMENTS
 
 

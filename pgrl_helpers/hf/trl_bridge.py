@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .sort_task import REWARD_FNS
+from ..sort_task import REWARD_FNS
 
 #: Special tokens of the word-level sort tokenizer (ids 0, 1, 2, 3 in this order).
 PAD_TOKEN, EOS_TOKEN, UNK_TOKEN, SEP_TOKEN = "<pad>", "<eos>", "<unk>", ":"

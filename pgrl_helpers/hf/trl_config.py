@@ -4,7 +4,7 @@
 ``trl.GRPOTrainer`` minimise the same loss as ``training.run_policy_gradient`` for
 ``config``, and raises ValueError, naming the setting and why, for anything it cannot
 reproduce. ``mapping_table`` lists the rows for a reader. Needs nothing but the core
-package (TRL is not imported); ``pgrl_helpers.trl_bridge`` re-exports everything here.
+package (TRL is not imported); ``pgrl_helpers.hf.trl_bridge`` re-exports everything here.
 
 Checked against TRL 1.16.0 (``trl/trainer/grpo_trainer.py`` and ``grpo_config.py``):
 
@@ -31,9 +31,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .advantages import DELTA_MODES
-from .kl import KL_ESTIMATORS
-from .losses import LOSS_MODES
+from ..advantages import DELTA_MODES
+from ..kl import KL_ESTIMATORS
+from ..losses import LOSS_MODES
 
 #: TRL ``GRPOConfig.scale_rewards`` -> our delta mode. TRL adds 1e-4 to the std where we
 #: floor it at ``std_floor`` and add ``eps``: the two agree wherever the std is >> 1e-3.
@@ -178,7 +178,7 @@ def loss_kwargs_for(
         raise ValueError(
             f"loss_mode {loss_mode!r} is not mapped to a GRPOConfig here: TRL's 'cispo' and "
             "'sapo' loss types parameterise their clip differently (notebook 11 and "
-            "pgrl_helpers.trl_objectives check them against ours directly), and TRL has no "
+            "pgrl_helpers.hf.trl_objectives check them against ours directly), and TRL has no "
             "dual-clip; use 'naive', 'unclipped' or 'clipped' with this bridge"
         )
     if loss_mode == "naive" and num_steps_per_epoch != 1:

@@ -36,14 +36,14 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .advantages import DELTA_MODES
-from .config import PROMPT_SOURCES, TrainConfig
-from .diagnose import diagnose
-from .history import History
-from .losses import LOSS_MODES
-from .registry import MODELS
-from .sort_task import REWARD_FNS
-from .training import run_policy_gradient
+from ..advantages import DELTA_MODES
+from ..config import PROMPT_SOURCES, TrainConfig
+from ..diagnose import diagnose
+from ..history import History
+from ..losses import LOSS_MODES
+from ..registry import MODELS
+from ..sort_task import REWARD_FNS
+from ..training import run_policy_gradient
 
 #: Settings the dashboard applies per model choice (the transformer needs a wider model).
 #: Only models that train on the dashboard's task (sorting) are offered: the

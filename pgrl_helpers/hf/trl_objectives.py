@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from .losses import compute_per_token_loss
-from .masking import aggregate_loss
+from ..losses import compute_per_token_loss
+from ..masking import aggregate_loss
 
 #: name -> (TRL loss_type, TRL importance_sampling_level, our loss_mode, our level, our
 #: loss_aggregation). ``gspo`` is TRL's recommended GSPO setup (loss_type 'grpo').
@@ -101,8 +101,8 @@ def build_cross_check(output_dir, vocab_size=5, length=3, prompts=4, group=6, se
     from trl import GRPOConfig, GRPOTrainer
 
     from . import trl_bridge as tb
-    from .config import TrainConfig
-    from .sort_task import make_prompts
+    from ..config import TrainConfig
+    from ..sort_task import make_prompts
     from .trl_config import grpo_config_kwargs
 
     transformers.logging.set_verbosity_error()

@@ -24,8 +24,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validate import check_integer, check_ndim, check_token_range
-from .masking import masked_mean
+from .._validate import check_integer, check_ndim, check_token_range
+from ..masking import masked_mean
 from .trl_bridge import SEP_TOKEN, SPECIAL_TOKENS
 
 #: Logit bias of a non-digit token under ``constrain_to_digits``: exp(-1e4) is 0 in float32,

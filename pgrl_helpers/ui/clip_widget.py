@@ -16,8 +16,8 @@ import base64
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
-from .clip_family import CLIP_FAMILY, clip_settings, weight_formula
-from .widgets import figure_png
+from ..clip_family import CLIP_FAMILY, clip_settings, weight_formula
+from .dashboard import figure_png
 
 
 class ClipFamilyWidget(widgets.VBox):
