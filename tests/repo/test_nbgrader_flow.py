@@ -218,9 +218,8 @@ def test_tasks_grade_sets_up_mathjax_then_runs_grade_py(monkeypatch):
         stdout = "Name: sphinx-mathjax-offline\nVersion: 0.0.1\n"  # another version installed
 
     monkeypatch.setattr(tasks.subprocess, "run", lambda *a, **k: Shown())
-    monkeypatch.setattr(tasks.sys, "argv", ["tasks.py", "grade", "alice_08_pass_at_k.ipynb"])
     assert tasks.COMMANDS["grade"] is tasks.grade
-    tasks.grade()
+    assert tasks.main(["tasks.py", "grade", "alice_08_pass_at_k.ipynb"]) == 0
     pin = next(
         line.strip()
         for line in (ROOT / "requirements-book.txt").read_text().splitlines()
@@ -233,8 +232,7 @@ def test_tasks_grade_sets_up_mathjax_then_runs_grade_py(monkeypatch):
     ]
     calls.clear()
     Shown.stdout = f"Name: sphinx-mathjax-offline\nVersion: {pin.partition('==')[2]}\n"
-    monkeypatch.setattr(tasks.sys, "argv", ["tasks.py", "assignments"])
-    tasks.assignments()
+    assert tasks.main(["tasks.py", "assignments"]) == 0
     assert calls == [  # already installed: no pip call
         ("setup", ["requirements.txt", "requirements-instructor.txt"]),
         ("run", (tasks.PY, ROOT / "assignments" / "make_assignments.py")),

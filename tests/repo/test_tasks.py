@@ -1,4 +1,5 @@
-"""tasks.py: the learner workspace, JupyterLab's arguments, Ctrl+C, the book's install, timings."""
+"""tasks.py: the command line (argparse), the learner workspace, JupyterLab's arguments, Ctrl+C,
+the book's install; benchmarks/notebook_timings.py (``tasks.py timings``)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("tasks", ROOT / "tasks.py")
 tasks = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(tasks)
+notebook_timings = tasks.load_notebook_timings()
 
 NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "assignments" / "student").glob("*.ipynb"))
@@ -112,12 +114,23 @@ def test_timing_worker_measures_each_cell(tmp_path):
     }
     path, out = tmp_path / "t.ipynb", tmp_path / "cells.json"
     path.write_text(json.dumps(notebook))
-    cmd = [str(tasks.PY), str(ROOT / "tasks.py"), "_execute_notebook", str(path), str(out)]
+    script = str(tasks.NOTEBOOK_TIMINGS)
+    cmd = [str(tasks.PY), script, notebook_timings.WORKER, str(path), str(out), "60"]
     subprocess.run(cmd, check=True, capture_output=True, cwd=tmp_path)
     cells = json.loads(out.read_text())
     assert [c["cell"] for c in cells] == [1, 2]
     assert cells[0]["seconds"] >= 1.5 > cells[1]["seconds"]
     assert cells[0]["first_line"] == "import time"
+    # a cell that runs past the per-cell timeout stops the notebook, naming the cell
+    notebook["cells"][1]["source"] = "import time\ntime.sleep(60)"
+    path.write_text(json.dumps(notebook))
+    cmd[-1] = "3"
+    began = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 1 and time.perf_counter() - began < 45
+    assert "cell 1 ('import time') did not finish within 3 s (--cell-timeout)" in done.stderr
+    cells = json.loads(out.read_text())
+    assert cells == [{"cell": 1, "seconds": None, "unfinished": True, "first_line": "import time"}]
 
 
 def free_port() -> int:
@@ -323,7 +336,6 @@ def test_lab_and_test_convert_the_real_model_after_their_setup(monkeypatch):
     monkeypatch.setattr(tasks, "setup", lambda files, **kw: calls.append(("setup", list(files))))
     monkeypatch.setattr(tasks, "run", lambda *cmd, **kw: calls.append(("run", list(map(str, cmd)))))
     monkeypatch.setattr(tasks, "run_stages", lambda stages: calls.append(("stages", len(stages))))
-    monkeypatch.setattr(tasks.sys, "argv", ["tasks.py", "test"])
     tasks.test()
     assert calls[0] == ("setup", tasks.TEST_REQUIREMENTS)
     assert calls[1][0] == "run" and calls[1][1][-2:] == ["pgrl_helpers.hf.real_lm", "convert"]
@@ -340,19 +352,76 @@ def tasks_cli(*args):
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
 
 
-def test_help_exits_0_and_a_typo_is_named_with_the_usage():
-    for flag in ("--help", "-h"):
+def test_help_lists_every_command_on_one_line_and_exits_0():
+    for flag in ("--help", "-h", "help"):
         done = tasks_cli(flag)
-        assert done.returncode == 0 and "python3 tasks.py lab" in done.stdout, flag
+        assert done.returncode == 0 and done.stderr == "", flag
+    listed = done.stdout.split("commands (python3 tasks.py COMMAND --help says more):\n")[1]
+    names = [line.split()[0] for line in listed.split("\n\n")[0].splitlines()]
+    assert names == list(tasks.COMMANDS)
+    assert all(len(line) <= 80 for line in listed.splitlines()[: len(names)])
+    lab = tasks_cli("lab", "--help")  # a command's help: before any setup, exit 0
+    assert lab.returncode == 0 and "--reset" in lab.stdout and "go to JupyterLab" in lab.stdout
+
+
+def test_a_bad_command_or_argument_is_one_line_on_stderr_with_exit_2():
     typo = tasks_cli("labb")
-    assert typo.returncode == 2
-    assert typo.stderr.startswith("tasks.py: unknown command 'labb' (did you mean 'lab'?)")
-    assert "python3 tasks.py test" in typo.stderr  # the usage follows
-    none = tasks_cli()
-    assert none.returncode == 2 and none.stderr.startswith("tasks.py: no command given")
+    assert typo.returncode == 2 and typo.stdout == ""
+    assert typo.stderr.startswith("python3 tasks.py: unknown command 'labb' (did you mean 'lab'?)")
+    assert "commands: setup, lab, test," in typo.stderr
+    for args, message in [
+        ((), "python3 tasks.py: no command given"),
+        (("bogus",), "python3 tasks.py: unknown command 'bogus'; commands:"),
+        (("--quick",), "python3 tasks.py: no command given before --quick"),
+        (("bench", "--quik"), "python3 tasks.py bench: unrecognized arguments: --quik"),
+        (("cpu-kernels", "avx3"), "argument capability: invalid choice: 'avx3'"),
+        (("setup", "extra"), "python3 tasks.py setup: unrecognized arguments: extra"),
+    ]:
+        done = tasks_cli(*args)
+        assert done.returncode == 2, args
+        assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "Traceback" not in done.stderr
 
 
-def test_timings_arguments_fail_in_one_line_before_any_setup():
+def test_each_command_gets_its_options_and_the_rest_in_order(monkeypatch):
+    """main() calls the command's function with its parsed options; the commands that pass
+    arguments on get the rest unchanged, in order."""
+    calls = []
+    for name in tasks.COMMANDS:
+        monkeypatch.setitem(tasks.COMMANDS, name, lambda name=name, **kw: calls.append((name, kw)))
+    cases = [
+        (["lab"], ("lab", {"reset": False, "extra": []})),
+        (["lab", "--port=9", "--reset", "--no-browser"],
+         ("lab", {"reset": True, "extra": ["--port=9", "--no-browser"]})),
+        (["test", "-k", "kl", "-x"], ("test", {"extra": ["-k", "kl", "-x"]})),
+        (["bench"], ("bench", {"quick": False})),
+        (["bench", "--quick"], ("bench", {"quick": True})),
+        (["cpu-kernels"], ("cpu-kernels", {"capability": "default"})),
+        (["cpu-kernels", "avx2"], ("cpu-kernels", {"capability": "avx2"})),
+        (["book", "--working-tree", "-v"], ("book", {"working_tree": True, "extra": ["-v"]})),
+        (["timings", "--help"], ("timings", {"extra": ["--help"]})),  # the script's own help
+        (["real-model", "--out", "d", "--force"],
+         ("real-model", {"extra": ["--out", "d", "--force"]})),
+        (["grade", "a.ipynb", "--student", "x"],
+         ("grade", {"extra": ["a.ipynb", "--student", "x"]})),
+        (["setup"], ("setup", {})),
+    ]  # fmt: skip
+    for argv, expected in cases:
+        calls.clear()
+        assert tasks.main(["tasks.py", *argv]) == 0
+        assert calls == [expected], argv
+    assert set(tasks.PASSES_ARGUMENTS_TO) < set(tasks.COMMANDS)
+
+
+def test_a_failing_command_returns_its_exit_status(monkeypatch):
+    def fails(**kw):
+        raise subprocess.CalledProcessError(3, ["x"])
+
+    monkeypatch.setitem(tasks.COMMANDS, "bench", fails)
+    assert tasks.main(["tasks.py", "bench"]) == 3
+
+
+def test_timings_arguments_fail_in_one_line_before_any_setup(monkeypatch):
     done = tasks_cli("timings", "--out")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip() == (
@@ -363,15 +432,38 @@ def test_timings_arguments_fail_in_one_line_before_any_setup():
     assert len(missing.stderr.strip().splitlines()) == 1
     helped = tasks_cli("timings", "--help")
     assert helped.returncode == 0 and "--out PATH" in helped.stdout
-    args = tasks.timings_arguments(["07_grpo_training.ipynb", "--out", "t.json"])
+    assert "--cell-timeout S" in helped.stdout
+    monkeypatch.setattr(tasks, "setup", lambda *a, **k: pytest.fail("setup before the check"))
+    for bad in (["--out"], ["--cell-timeout", "0"], ["--cell-timeout", "x"], ["7.ipynb"]):
+        with pytest.raises(SystemExit) as stopped:
+            tasks.main(["tasks.py", "timings", *bad])
+        assert stopped.value.code == 2, bad
+    args = notebook_timings.parse_args(["07_grpo_training.ipynb", "--out", "t.json"])
     assert args.notebooks == ["07_grpo_training.ipynb"] and args.out == Path("t.json").resolve()
+    assert args.cell_timeout == notebook_timings.CELL_TIMEOUT_SECONDS
+
+
+def test_timings_runs_the_script_after_the_setup(monkeypatch):
+    calls = []
+    monkeypatch.setattr(tasks, "setup", lambda files, **kw: calls.append(("setup", files)))
+    monkeypatch.setattr(tasks, "run", lambda *cmd, **kw: calls.append(("run", cmd)))
+    assert tasks.main(["tasks.py", "timings", "07_grpo_training.ipynb", "--cell-timeout", "9"]) == 0
+    assert calls[0] == ("setup", tasks.LAB_REQUIREMENTS)
+    assert calls[-1] == (
+        "run", (tasks.PY, tasks.NOTEBOOK_TIMINGS, "07_grpo_training.ipynb", "--cell-timeout", "9")
+    )  # fmt: skip
+    # the script and tasks.py agree on the file and on the folders linked beside the copies
+    assert notebook_timings.TIMINGS_JSON == tasks.TIMINGS_JSON
+    assert notebook_timings.SHARED_FOLDERS == tasks.SHARED_FOLDERS
 
 
 def test_timings_runs_where_there_is_no_resource_module_or_load_average(monkeypatch):
-    assert tasks._children_cpu_seconds() >= 0 and len(tasks._load_average()) == 3
+    assert notebook_timings._children_cpu_seconds() >= 0
+    assert len(notebook_timings._load_average()) == 3
     monkeypatch.setitem(sys.modules, "resource", None)  # Windows: import resource fails
     monkeypatch.delattr(os, "getloadavg")  # Windows has none
-    assert tasks._children_cpu_seconds() is None and tasks._load_average() is None
+    assert notebook_timings._children_cpu_seconds() is None
+    assert notebook_timings._load_average() is None
 
 
 def test_the_lab_opens_notebook_00_where_the_served_folder_has_it(tmp_path):
