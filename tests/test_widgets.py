@@ -9,7 +9,6 @@ import ipywidgets
 import pytest
 
 from pgrl_helpers.config import TrainConfig
-from pgrl_helpers.ui.gae_widget import gae_curves, make_gae_widget, plot_gae_runs
 from pgrl_helpers.history import History
 from pgrl_helpers.training import run_policy_gradient
 from pgrl_helpers.ui.dashboard import (
@@ -17,9 +16,10 @@ from pgrl_helpers.ui.dashboard import (
     format_diagnosis,
     format_runs_table,
     make_dashboard,
-    plot_histories,
     summarize_history,
 )
+from pgrl_helpers.ui.figures import plot_histories
+from pgrl_helpers.ui.gae_widget import gae_curves, make_gae_widget, plot_gae_runs
 
 #: Tiny runs: a couple of epochs of the lecture setup take well under a second.
 TINY = TrainConfig(num_epochs=2, num_steps_per_epoch=2, eval_every=1)
@@ -266,7 +266,7 @@ def test_gae_widget_and_curves_refuse_a_run_without_a_critic():
 def test_the_legend_sits_outside_every_panel():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from pgrl_helpers.ui.dashboard import figure_png
+    from pgrl_helpers.ui.figures import figure_png
 
     histories = [run_policy_gradient(TINY) for _ in range(4)]
     fig = plot_histories(histories)
@@ -285,6 +285,19 @@ def test_the_legend_sits_outside_every_panel():
 
     height = imread(io.BytesIO(png)).shape[0]
     assert height > fig.get_figheight() * fig.dpi, "the PNG must extend below to the legend"
+
+
+def test_png_output_is_one_display_of_the_png_bytes():
+    import base64
+
+    from pgrl_helpers.ui.figures import png_output
+
+    (shown,) = png_output(b"\x89PNG fake", "<a plot>")
+    assert shown["output_type"] == "display_data" and shown["metadata"] == {}
+    assert base64.b64decode(shown["data"]["image/png"]) == b"\x89PNG fake"
+    assert shown["data"]["text/plain"] == "<a plot>"
+    (bare,) = png_output(b"png")
+    assert set(bare["data"]) == {"image/png"}, "no text/plain unless given"
 
 
 def test_every_offered_option_can_train():
@@ -345,7 +358,7 @@ def test_the_default_dashboard_shows_learning_at_once():
     history = dash.runs[0].history
     evals = history.evals()
     first, last = evals[0]["validation_exact_sort"], evals[-1]["validation_exact_sort"]
-    assert len(history.validation_prompts) >= 100, "a held-out score over many prompts"
+    assert len(history.run.validation_prompts) >= 100, "a held-out score over many prompts"
     assert first < 0.1 and last >= 0.9, (first, last)
 
 

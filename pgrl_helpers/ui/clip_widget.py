@@ -11,13 +11,11 @@ Taught in notebook 11.
 
 from __future__ import annotations
 
-import base64
-
 import ipywidgets as widgets
 from matplotlib.figure import Figure
 
 from ..clip_family import CLIP_FAMILY, clip_settings, weight_formula
-from .dashboard import figure_png
+from .figures import figure_png, png_output
 
 
 class ClipFamilyWidget(widgets.VBox):
@@ -73,9 +71,6 @@ class ClipFamilyWidget(widgets.VBox):
                      f"epsilon_high {self.epsilon_high.value:.2f}")  # fmt: skip
         if self.curves:
             ax.legend(fontsize=8)
-        png = base64.b64encode(figure_png(fig)).decode("ascii")
-        self.plot.outputs = (
-            {"output_type": "display_data", "data": {"image/png": png}, "metadata": {}},
-        )
+        self.plot.outputs = png_output(figure_png(fig))
         self.message.value = "" if self.curves else "Choose at least one method."
         self.redraw_count += 1

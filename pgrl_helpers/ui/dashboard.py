@@ -1,19 +1,20 @@
-"""A training dashboard for JupyterLab, built on plain functions.
+"""The training dashboard for JupyterLab, built on plain functions.
 
 * ``summarize_history(history)`` and ``format_runs_table(histories)``: one row per run
   (final mean reward, held-out exact-sort, ...), as a dict and as plain text;
-* ``plot_histories(histories, axes=None)``: mean reward, held-out exact-sort and loss
-  against the optimizer step, one line per run (earlier runs thin, the last one bold);
+* ``format_diagnosis(history)``: ``diagnose()``'s findings as HTML (the dashboard's findings
+  panel);
 * ``make_dashboard(...)``: a preset list (``PRESETS``), ipywidgets controls for the
   ``TrainConfig`` fields that matter, a Train and a Stop button, a progress bar and the live
-  plot. Only settings that can run are offered, and a setting that would train nothing
-  (``TrainConfig.validate``: G = 1 with a group baseline) is refused with a message. It trains by calling
-  ``training.run_policy_gradient`` with a callback (there is no second training loop):
-  the callback moves the progress bar, redraws the plot and returns "stop" when the
-  Stop button was pressed. After each run it shows ``diagnose()``'s findings for it;
-* ``format_diagnosis(history)``: those findings as HTML (the dashboard's findings panel);
+  plot (``figures.plot_histories``). Only settings that can run are offered, and a setting
+  that would train nothing (``TrainConfig.validate``: G = 1 with a group baseline) is refused
+  with a message. It trains by calling ``training.run_policy_gradient`` with a callback (there
+  is no second training loop): the callback moves the progress bar, redraws the plot and
+  returns "stop" when the Stop button was pressed. After each run it shows ``diagnose()``'s
+  findings for it.
 
-(Notebook 10's γ/λ widget is in ``gae_widget.py``.)
+(The plot and the PNG it is shown as are in ``figures.py``; notebook 10's γ/λ widget is in
+``gae_widget.py``.)
 
 A notebook can call the plain functions without any widget, which is how the same
 comparison is checked deterministically; tests drive the dashboard's widgets (they are
@@ -24,18 +25,15 @@ Taught in notebook 07.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import html
-import io
 import threading
 from collections.abc import Sequence
 
 import ipywidgets as widgets
 import torch
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
+from .._validate import check_number
 from ..advantages import DELTA_MODES
 from ..config import PROMPT_SOURCES, TrainConfig
 from ..diagnose import diagnose
@@ -44,6 +42,7 @@ from ..losses import LOSS_MODES
 from ..registry import MODELS
 from ..sort_task import REWARD_FNS
 from ..training import run_policy_gradient
+from .figures import check_history, figure_png, plot_histories, png_output, run_label
 
 #: Settings the dashboard applies per model choice (the transformer needs a wider model).
 #: Only models that train on the dashboard's task (sorting) are offered: the
@@ -78,38 +77,14 @@ PRESETS: dict[str, tuple[TrainConfig, float]] = {
 #: The preset a new dashboard starts from: a student sees learning within seconds.
 DEFAULT_PRESET = "generalizing transformer"
 CUSTOM = "custom (the base config)"
-
-#: The three panels of ``plot_histories``: (metric, record kind, y label).
-PANELS: tuple[tuple[str, str, str], ...] = (
-    ("mean_reward", "step", "mean reward of sampled responses"),
-    ("validation_exact_sort", "eval", "held-out exact-sort (greedy)"),
-    ("loss", "step", "loss (moving dataset!)"),
-)
+#: The controls' label width and the width of a wide control.
+STYLE = {"description_width": "110px"}
+WIDE = "330px"
 
 
 # --------------------------------------------------------------------------------------
 # Plain functions: usable without any widget
 # --------------------------------------------------------------------------------------
-
-
-def run_label(config: TrainConfig, init_scale: float = 1.0) -> str:
-    """Short description of a run: 'centered_rewards/clipped/lecture G=10 lr=0.001 seed=0'."""
-    label = (
-        f"{config.deltas_mode}/{config.loss_mode}/{config.model} "
-        f"G={config.num_responses} lr={config.learning_rate:g} seed={config.seed}"
-    )
-    if config.kl_coef:
-        label += f" kl={config.kl_coef:g}"
-    if init_scale != 1.0:
-        label += f" init×{init_scale:g}"
-    return label
-
-
-def _check_history(history) -> None:
-    if not isinstance(history, list) or not hasattr(history, "config"):
-        raise TypeError(
-            f"expected a History returned by run_policy_gradient, got {type(history).__name__}"
-        )
 
 
 def summarize_history(history: History) -> dict:
@@ -120,7 +95,7 @@ def summarize_history(history: History) -> dict:
 
     Taught in notebook 07.
     """
-    _check_history(history)
+    check_history(history)
     steps = [r for r in history if r["kind"] == "step"]
     evals = [r for r in history if r["kind"] == "eval"]
     return {
@@ -157,78 +132,9 @@ def format_runs_table(histories: Sequence[History]) -> str:
     return "\n".join(lines)
 
 
-def _series(history: History, metric: str, kind: str) -> tuple[list[int], list[float]]:
-    records = [r for r in history if r["kind"] == kind and r.get(metric) is not None]
-    if kind == "step" and metric == "mean_reward":
-        records = [r for r in records if r["inner_step"] == 0]  # one value per epoch
-    return [r["step"] for r in records], [r[metric] for r in records]
-
-
-def plot_histories(
-    histories: Sequence[History],
-    axes=None,
-    labels: Sequence[str] | None = None,
-    highlight_last: bool = True,
-):
-    """Plot mean reward, held-out exact-sort and loss vs optimizer step for several runs.
-
-    ``axes``: three matplotlib axes to draw into (e.g. from ``plt.subplots(1, 3)``); if
-    None a new ``matplotlib.figure.Figure`` (not registered with pyplot) is created.
-    With ``highlight_last`` (the dashboard's view) earlier runs are drawn thin and the
-    last run bold; otherwise all runs alike. Returns the figure.
-
-    Taught in notebook 07.
-    """
-    for h in histories:
-        _check_history(h)
-    if labels is not None and len(labels) != len(histories):
-        raise ValueError(f"got {len(labels)} labels for {len(histories)} histories")
-    if axes is None:
-        fig = Figure(figsize=(12, 3.4), dpi=80)
-        axes = fig.subplots(1, len(PANELS))
-    if len(axes) != len(PANELS):
-        raise ValueError(f"plot_histories needs {len(PANELS)} axes, got {len(axes)}")
-    fig = axes[0].figure
-    for k, history in enumerate(histories):
-        last = k == len(histories) - 1 or not highlight_last
-        label = labels[k] if labels is not None else f"run {k + 1}: {run_label(history.config)}"
-        for ax, (metric, kind, _) in zip(axes, PANELS):
-            xs, ys = _series(history, metric, kind)
-            ax.plot(
-                xs,
-                ys,
-                marker="o" if kind == "eval" else None,
-                markersize=3,
-                linewidth=(2.2 if highlight_last else 1.5) if last else 1.0,
-                alpha=1.0 if last else 0.55,
-                label=label,
-            )
-    for ax, (_, _, ylabel) in zip(axes, PANELS):
-        ax.set_xlabel("optimizer step")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-    axes[0].set_title("Mean reward (watch this)")
-    axes[1].set_title("Held-out exact-sort")
-    axes[1].set_ylim(-0.03, 1.03)
-    axes[2].set_title("Loss (don't trust it)")
-    fig.tight_layout()
-    if histories:  # below the panels, never over the curves
-        handles, names = axes[0].get_legend_handles_labels()
-        fig.legend(
-            handles,
-            names,
-            loc="upper center",
-            bbox_to_anchor=(0.5, 0.0),
-            ncol=1 if len(names) > 3 else len(names),
-            fontsize=9,
-            frameon=False,
-        )
-    return fig
-
-
 def format_diagnosis(history: History, title: str = "diagnose()") -> str:
     """``diagnose(history)``'s findings as HTML: one item per finding, warnings in red."""
-    _check_history(history)
+    check_history(history)
     try:
         findings = diagnose(history)
     except ValueError as err:  # e.g. a run stopped before its first step
@@ -244,14 +150,6 @@ def format_diagnosis(history: History, title: str = "diagnose()") -> str:
             f"try: {html.escape(f.fixes)}</li>"
         )
     return f"<b>{html.escape(title)}</b>:<ul>{''.join(items)}</ul>"
-
-
-def figure_png(fig) -> bytes:
-    """Render a matplotlib figure to PNG bytes with the Agg canvas (thread-safe, no pyplot)."""
-    buffer = io.BytesIO()
-    FigureCanvasAgg(fig)  # the figure's canvas: Agg, no pyplot
-    fig.savefig(buffer, format="png", bbox_inches="tight")  # keeps the legend below
-    return buffer.getvalue()
 
 
 # --------------------------------------------------------------------------------------
@@ -290,7 +188,6 @@ class TrainingDashboard(widgets.VBox):
         synchronous: bool = False,
         redraw_every: int | None = None,
     ):
-        preset = CUSTOM if base_config else DEFAULT_PRESET
         if base_config:
             base, init_scale = dataclasses.replace(base_config), 1.0
         else:
@@ -302,71 +199,84 @@ class TrainingDashboard(widgets.VBox):
         self.redraw_count = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._preset_configs = dict(PRESETS)
+        if base_config:
+            self._preset_configs[CUSTOM] = (base, 1.0)
+        self._build_choices(base, preset=CUSTOM if base_config else DEFAULT_PRESET)
+        self._build_sliders(base, init_scale)
+        self._build_outputs(base)
+        self._wire()
+        super().__init__(self._layout())
 
-        style = {"description_width": "110px"}
-        wide = widgets.Layout(width="330px")
+    # ---- building the widgets (called once, by __init__) -------------------------------
+    def _build_choices(self, base: TrainConfig, preset: str) -> None:
+        """The dropdowns: ``preset`` and one per categorical ``TrainConfig`` field."""
         self.deltas_mode = widgets.Dropdown(
-            options=DELTA_MODES, value=base.deltas_mode, description="delta mode", style=style
+            options=DELTA_MODES, value=base.deltas_mode, description="delta mode", style=STYLE
         )
         self.loss_mode = widgets.Dropdown(
-            options=LOSS_MODES, value=base.loss_mode, description="loss mode", style=style
+            options=LOSS_MODES, value=base.loss_mode, description="loss mode", style=STYLE
         )
         self.preset = widgets.Dropdown(
-            options=[*PRESETS, CUSTOM] if base_config else list(PRESETS),
+            options=list(self._preset_configs),
             value=preset,
             description="preset",
-            style=style,
-            layout=wide,
+            style=STYLE,
+            layout=widgets.Layout(width=WIDE),
         )
         models = DASHBOARD_MODELS if base.model in DASHBOARD_MODELS else (base.model,)
         self.model = widgets.Dropdown(
-            options=models, value=base.model, description="model", style=style
+            options=models, value=base.model, description="model", style=STYLE
         )
         self.prompt_source = widgets.Dropdown(
-            options=PROMPT_SOURCES, value=base.prompt_source, description="prompts", style=style
+            options=PROMPT_SOURCES, value=base.prompt_source, description="prompts", style=STYLE
         )
         reward_names = tuple(REWARD_FNS)
         self.reward_fn = widgets.Dropdown(
             options=[(n.removeprefix("sort_").removesuffix("_reward"), n) for n in reward_names],
             value=base.reward_fn if base.reward_fn in reward_names else reward_names[0],
             description="reward",
-            style=style,
-            layout=wide,
+            style=STYLE,
+            layout=widgets.Layout(width=WIDE),
         )
+
+    def _build_sliders(self, base: TrainConfig, init_scale: float) -> None:
+        """The sliders of the numeric fields, the ``seed`` box and ``init_scale``."""
+        wide = widgets.Layout(width=WIDE)
         self.kl_coef = widgets.FloatSlider(
             value=base.kl_coef, min=0.0, max=1.0, step=0.01, description="KL penalty β",
-            style=style, layout=wide,
+            style=STYLE, layout=wide,
         )  # fmt: skip
         self.epsilon = widgets.FloatSlider(
             value=base.epsilon, min=0.01, max=0.5, step=0.01, description="clip ε",
-            style=style, layout=wide,
+            style=STYLE, layout=wide,
         )  # fmt: skip
         self.num_responses = widgets.IntSlider(
             value=base.num_responses, min=1, max=64, description="G (group)",
-            style=style, layout=wide,
+            style=STYLE, layout=wide,
         )  # fmt: skip
         self.learning_rate = widgets.FloatLogSlider(
             value=base.learning_rate, base=10, min=-4, max=-1, step=0.1,
-            description="learning rate", readout_format=".1e", style=style, layout=wide,
+            description="learning rate", readout_format=".1e", style=STYLE, layout=wide,
         )  # fmt: skip
         self.num_epochs = widgets.IntSlider(
             value=base.num_epochs, min=1, max=500, description="epochs",
-            style=style, layout=wide,
+            style=STYLE, layout=wide,
         )  # fmt: skip
         self.num_steps_per_epoch = widgets.IntSlider(
             value=base.num_steps_per_epoch, min=1, max=20, description="steps/epoch",
-            style=style, layout=wide,
+            style=STYLE, layout=wide,
         )  # fmt: skip
         self.seed = widgets.BoundedIntText(
-            value=base.seed, min=0, max=2**31 - 1, description="seed", style=style
+            value=base.seed, min=0, max=2**31 - 1, description="seed", style=STYLE
         )
         self.init_scale = widgets.FloatSlider(
             value=init_scale, min=0.05, max=1.0, step=0.05, description="init scale",
-            disabled=base.model != "lecture", style=style, layout=wide,
+            disabled=base.model != "lecture", style=STYLE, layout=wide,
         )  # fmt: skip
-        self._preset_configs = dict(PRESETS)
-        if base_config:
-            self._preset_configs[CUSTOM] = (base, 1.0)
+
+    def _build_outputs(self, base: TrainConfig) -> None:
+        """The buttons, the progress bar and the message, plot, table and findings panels."""
         self.train_button = widgets.Button(description="Train", button_style="success")
         self.stop_button = widgets.Button(description="Stop", button_style="danger", disabled=True)
         self.clear_button = widgets.Button(description="Clear history")
@@ -376,6 +286,9 @@ class TrainingDashboard(widgets.VBox):
         self.table = widgets.HTML()
         self.findings = widgets.HTML()
 
+    def _wire(self) -> None:
+        """Buttons call ``train`` / ``stop`` / ``clear``; a preset sets every control; init
+        scale is offered for the lecture model only."""
         self.train_button.on_click(lambda _: self.train())
         self.stop_button.on_click(lambda _: self.stop())
         self.clear_button.on_click(lambda _: self.clear())
@@ -385,7 +298,10 @@ class TrainingDashboard(widgets.VBox):
             names="value",
         )
 
-        controls = widgets.HBox(
+    def _layout(self) -> list[widgets.Widget]:
+        """The dashboard's rows, top to bottom: preset, three columns of controls, buttons
+        and progress, message, plot, table, findings."""
+        columns = widgets.HBox(
             [
                 widgets.VBox(
                     [self.deltas_mode, self.loss_mode, self.model, self.prompt_source, self.seed]
@@ -405,8 +321,7 @@ class TrainingDashboard(widgets.VBox):
         buttons = widgets.HBox(
             [self.train_button, self.stop_button, self.clear_button, self.progress]
         )
-        children = [self.preset, controls, buttons, self.message]
-        super().__init__(children + [self.plot, self.table, self.findings])
+        return [self.preset, columns, buttons, self.message, self.plot, self.table, self.findings]
 
     def apply_preset(self, name: str) -> None:
         """Set every control (and the fields without one) from the preset ``name``."""
@@ -566,16 +481,7 @@ class TrainingDashboard(widgets.VBox):
         ]
         png = figure_png(plot_histories(histories, labels=labels))
         # Set the Output's outputs directly: works from a background thread, no capture.
-        self.plot.outputs = (
-            {
-                "output_type": "display_data",
-                "data": {
-                    "image/png": base64.b64encode(png).decode("ascii"),
-                    "text/plain": f"<training plot: {len(histories)} run(s)>",
-                },
-                "metadata": {},
-            },
-        )
+        self.plot.outputs = png_output(png, f"<training plot: {len(histories)} run(s)>")
         self.redraw_count += 1
 
 
@@ -597,11 +503,5 @@ def make_dashboard(
     """
     if base_config is not None and not isinstance(base_config, TrainConfig):
         raise TypeError(f"base_config must be a TrainConfig, got {type(base_config).__name__}")
-    if redraw_every is not None and (not isinstance(redraw_every, int) or redraw_every < 1):
-        raise ValueError(f"redraw_every must be a positive int or None, got {redraw_every!r}")
+    check_number(redraw_every, "redraw_every", 1, low_inclusive=True, integer=True, allow_none=True)
     return TrainingDashboard(base_config, synchronous=synchronous, redraw_every=redraw_every)
-
-
-# --------------------------------------------------------------------------------------
-# PPO's gamma and lambda on a short run (notebook 10)
-# --------------------------------------------------------------------------------------

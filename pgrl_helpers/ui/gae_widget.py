@@ -11,7 +11,6 @@ Taught in notebook 10.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import html
 from collections.abc import Sequence
@@ -22,7 +21,7 @@ from matplotlib.figure import Figure
 from ..config import TrainConfig
 from ..history import History
 from ..training import run_policy_gradient
-from .dashboard import _check_history, figure_png
+from .figures import check_history, figure_png, png_output
 
 #: The panels of ``plot_gae_runs``: (curve from ``gae_curves``, y label).
 GAE_PANELS: tuple[tuple[str, str], ...] = (
@@ -39,8 +38,8 @@ def gae_curves(history: History) -> dict[str, list[float]]:
 
     Taught in notebook 10.
     """
-    _check_history(history)
-    estimator = getattr(history, "advantage_estimator", None)
+    check_history(history)
+    estimator = history.run.advantage_estimator
     if not hasattr(estimator, "advantage_variances"):
         raise ValueError("gae_curves needs a run with advantage_estimator='gae'")
     rewards = [r["mean_reward"] for r in history.steps() if r["inner_step"] == 0]
@@ -122,11 +121,7 @@ class GAEWidget(widgets.VBox):
         history = run_policy_gradient(self.config_from_widgets())
         self.runs.append(history)
         png = figure_png(plot_gae_runs(self.runs))
-        self.plot.outputs = (
-            {"output_type": "display_data", "metadata": {},
-             "data": {"image/png": base64.b64encode(png).decode("ascii"),
-                      "text/plain": f"<GAE plot: {len(self.runs)} run(s)>"}},
-        )  # fmt: skip
+        self.plot.outputs = png_output(png, f"<GAE plot: {len(self.runs)} run(s)>")
         rows = []
         for h in self.runs:
             c = gae_curves(h)

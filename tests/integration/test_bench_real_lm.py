@@ -20,7 +20,7 @@ import torch
 
 pytest.importorskip("peft")
 
-from pgrl_helpers.hf import real_lm as R  # noqa: E402
+from pgrl_helpers.hf import real_lm_task as T  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -81,8 +81,8 @@ def test_sft_refuses_a_batch_with_a_held_out_multiset(tiny_bench):
 
     model, tok = B.load_model(argparse.Namespace(model="tiny", device="cpu"))
     args = argparse.Namespace(sft_learning_rate=1e-3, sft_steps=1, sft_batch=2)
-    task = R.RealLMSortTask(tok)
-    held_out = R.encode_numbers([[3, 1, 2], [9, 8, 7, 6, 5]])
+    task = T.RealLMSortTask(tok)
+    held_out = T.encode_numbers([[3, 1, 2], [9, 8, 7, 6, 5]])
     task.training_prompts = lambda n, generator, excluded: held_out  # the planted bug
     with pytest.raises(AssertionError, match="SFT trained on held-out multisets"):
         B.run_sft(model, tok, task, task.prompt_key(held_out), args, 0, "sort {numbers}")

@@ -1,4 +1,5 @@
-"""pgrl_helpers/hf/real_lm.py: the real-LM sort task (issue 37) and its generation code.
+"""pgrl_helpers/hf/real_lm.py and real_lm_task.py: the real-LM sort task (issue 37) and its
+generation code.
 
 The pure parts (parser, rewards, prompt template, held-out split by content) always run; the
 generation, the ``Policy`` adapter and a short run of our loop use a tiny random Llama with the
@@ -10,14 +11,16 @@ from __future__ import annotations
 
 import itertools
 import re
+from pathlib import Path
 from unittest import mock
 
 import pytest
 import torch
 
 from pgrl_helpers.hf import real_lm as R
+from pgrl_helpers.hf import real_lm_task as T
 
-ISSUE = R.PROMPT_TEMPLATES["issue"]
+ISSUE = T.PROMPT_TEMPLATES["issue"]
 
 # ----------------------------------------------------------------------------- parser, rewards
 
@@ -43,31 +46,31 @@ ISSUE = R.PROMPT_TEMPLATES["issue"]
     ],
 )
 def test_parse_answer_reads_a_list_of_numbers_only(text, expected):
-    assert R.parse_answer(text) == expected
+    assert T.parse_answer(text) == expected
 
 
 def test_parse_answer_rejects_a_non_string():
     with pytest.raises(TypeError, match="text must be a str"):
-        R.parse_answer([1, 2])
+        T.parse_answer([1, 2])
 
 
 def test_the_three_rewards_of_a_reply():
     nums = [7, 2, 9, 4]  # sorted: 2 4 7 9
-    assert R.score_reply(nums, "2, 4, 7, 9") == {"exact": 1.0, "partial": 1.0, "format": 1.0}
+    assert T.score_reply(nums, "2, 4, 7, 9") == {"exact": 1.0, "partial": 1.0, "format": 1.0}
     # echoing the input: the format is right, no position holds the sorted value; echoing
     # [2, 9, 7, 4] (sorted 2 4 7 9), the 2 and the 7 stand where they belong
-    assert R.score_reply(nums, "7, 2, 9, 4") == {"exact": 0.0, "partial": 0.0, "format": 1.0}
-    assert R.score_reply([2, 9, 7, 4], "2, 9, 7, 4")["partial"] == 0.5
+    assert T.score_reply(nums, "7, 2, 9, 4") == {"exact": 0.0, "partial": 0.0, "format": 1.0}
+    assert T.score_reply([2, 9, 7, 4], "2, 9, 7, 4")["partial"] == 0.5
     # one number too many: 4 positions right out of max(5, 4)
-    assert R.score_reply(nums, "2 4 7 9 9") == {"exact": 0.0, "partial": 0.8, "format": 1.0}
+    assert T.score_reply(nums, "2 4 7 9 9") == {"exact": 0.0, "partial": 0.8, "format": 1.0}
     # prose earns nothing, even with the right numbers in it
-    assert R.score_reply(nums, "Sorted: 2, 4, 7, 9") == {
+    assert T.score_reply(nums, "Sorted: 2, 4, 7, 9") == {
         "exact": 0.0,
         "partial": 0.0,
         "format": 0.0,
     }
     # a reply cut at the length limit (no EOS) earns nothing, even if its text is right
-    assert R.score_reply(nums, "2, 4, 7, 9", finished=False) == {
+    assert T.score_reply(nums, "2, 4, 7, 9", finished=False) == {
         "exact": 0.0,
         "partial": 0.0,
         "format": 0.0,
@@ -76,32 +79,33 @@ def test_the_three_rewards_of_a_reply():
 
 def test_combined_reward_weights_the_named_rewards():
     scores = {"exact": 1.0, "partial": 0.5, "format": 1.0}
-    assert R.combined_reward(scores, {"exact": 2.0, "partial": 1.0}) == 2.5
-    assert R.combined_reward(scores, {"format": 0.1}) == pytest.approx(0.1)
+    assert T.combined_reward(scores, {"exact": 2.0, "partial": 1.0}) == 2.5
+    assert T.combined_reward(scores, {"format": 0.1}) == pytest.approx(0.1)
     with pytest.raises(ValueError, match="unknown reward names"):
-        R.combined_reward(scores, {"length": 1.0})
+        T.combined_reward(scores, {"length": 1.0})
 
 
 @pytest.mark.parametrize(
-    "bad", [[1, 2], [1, 2, 3, 4, 5, 6], [1, 2, 10], [1, -1, 2], "abc", [True, 1, 2]]
+    "bad",
+    [[1, 2], [1, 2, 3, 4, 5, 6], [1, 2, 10], [1, -1, 2], "abc", [True, 1, 2], [2.5, 1, 3], None],
 )
 def test_numbers_outside_the_task_raise(bad):
     with pytest.raises(ValueError, match="numbers must"):
-        R.check_numbers(bad)
+        T.check_numbers(bad)
 
 
 # ----------------------------------------------------------------------------- the template
 
 
 def test_the_user_message_is_the_template_with_the_numbers():
-    assert R.user_message([7, 2, 9, 4], ISSUE) == (
+    assert T.user_message([7, 2, 9, 4], ISSUE) == (
         "Sort these numbers in ascending order: 7, 2, 9, 4. Answer with the numbers only."
     )
-    assert R.chat_messages([3, 1, 2], "sort {numbers}") == [
+    assert T.chat_messages([3, 1, 2], "sort {numbers}") == [
         {"role": "user", "content": "sort 3, 1, 2"}
     ]
-    for template in R.PROMPT_TEMPLATES.values():
-        assert "7, 2, 9" in R.user_message([7, 2, 9], template)
+    for template in T.PROMPT_TEMPLATES.values():
+        assert "7, 2, 9" in T.user_message([7, 2, 9], template)
 
 
 @pytest.mark.parametrize(
@@ -109,87 +113,87 @@ def test_the_user_message_is_the_template_with_the_numbers():
 )
 def test_a_template_without_exactly_the_numbers_field_raises(bad):
     with pytest.raises(ValueError, match="prompt_template must contain the field"):
-        R.check_template(bad)
+        T.check_template(bad)
     with pytest.raises(TypeError, match="must be a str"):
-        R.check_template(None)
+        T.check_template(None)
 
 
 # ----------------------------------------------------------------------------- prompts, split
 
 
 def test_prompts_encode_and_decode():
-    prompts = R.encode_numbers([[3, 1, 2], [9, 0, 0, 5, 1]])
-    assert prompts.tolist() == [[3, 1, 2, R.ABSENT, R.ABSENT], [9, 0, 0, 5, 1]]
-    assert R.decode_numbers(prompts) == [[3, 1, 2], [9, 0, 0, 5, 1]]
+    prompts = T.encode_numbers([[3, 1, 2], [9, 0, 0, 5, 1]])
+    assert prompts.tolist() == [[3, 1, 2, T.ABSENT, T.ABSENT], [9, 0, 0, 5, 1]]
+    assert T.decode_numbers(prompts) == [[3, 1, 2], [9, 0, 0, 5, 1]]
     with pytest.raises(ValueError, match="a number after an ABSENT"):
-        R.decode_numbers(torch.tensor([[3, 1, R.ABSENT, 2, R.ABSENT]]))
+        T.decode_numbers(torch.tensor([[3, 1, T.ABSENT, 2, T.ABSENT]]))
     with pytest.raises(ValueError, match="numbers must hold"):
-        R.decode_numbers(torch.tensor([[3, 1, R.ABSENT, R.ABSENT, R.ABSENT]]))
+        T.decode_numbers(torch.tensor([[3, 1, T.ABSENT, T.ABSENT, T.ABSENT]]))
     with pytest.raises(ValueError, match="5 slots"):
-        R.decode_numbers(torch.tensor([[3, 1, 2]]))
+        T.decode_numbers(torch.tensor([[3, 1, 2]]))
 
 
 def test_the_key_is_the_multiset():
-    task = R.RealLMSortTask()
+    task = T.RealLMSortTask()
     lists = [[3, 1, 2], [1, 2, 3], [2, 3, 1], [1, 2, 3, 3], [1, 2, 4], [0, 0, 0], [0, 0, 0, 0]]
-    keys = task.prompt_key(R.encode_numbers(lists)).tolist()
+    keys = task.prompt_key(T.encode_numbers(lists)).tolist()
     for (a, ka), (b, kb) in itertools.combinations(zip(lists, keys), 2):
         assert (ka == kb) == (sorted(a) == sorted(b)), (a, b)
 
 
 def test_num_keys_counts_the_multisets():
-    lists = (p for n in R.LENGTHS for p in itertools.product(R.VALUES, repeat=n))
-    assert R.RealLMSortTask().num_keys() == len({tuple(sorted(p)) for p in lists}) == 2937
+    lists = (p for n in T.LENGTHS for p in itertools.product(T.VALUES, repeat=n))
+    assert T.RealLMSortTask().num_keys() == len({tuple(sorted(p)) for p in lists}) == 2937
 
 
 def test_validation_and_test_are_disjoint_by_content_and_balanced_by_length():
-    task = R.RealLMSortTask()
+    task = T.RealLMSortTask()
     s = task.splits(num_validation=48, num_test=96)
-    assert s["validation"].shape == (48, R.MAX_NUMBERS) and s["test"].shape == (96, R.MAX_NUMBERS)
-    multisets = {name: [tuple(sorted(x)) for x in R.decode_numbers(p)] for name, p in s.items()}
+    assert s["validation"].shape == (48, T.MAX_NUMBERS) and s["test"].shape == (96, T.MAX_NUMBERS)
+    multisets = {name: [tuple(sorted(x)) for x in T.decode_numbers(p)] for name, p in s.items()}
     for name, keys in multisets.items():
         assert len(set(keys)) == len(keys), f"{name}: one prompt per multiset"
         lengths = [len(k) for k in keys]
-        assert all(lengths.count(n) == len(keys) // 3 for n in R.LENGTHS), name
+        assert all(lengths.count(n) == len(keys) // 3 for n in T.LENGTHS), name
     assert not set(multisets["validation"]) & set(multisets["test"])
     # validation is the same whatever the test size; another seed draws other multisets
     again = task.splits(num_validation=48, num_test=30)["validation"]
     assert torch.equal(again, s["validation"])
-    other = task.splits(num_validation=48, num_test=96, seed=R.SPLIT_SEED + 1)["validation"]
+    other = task.splits(num_validation=48, num_test=96, seed=T.SPLIT_SEED + 1)["validation"]
     assert not torch.equal(other, s["validation"])
     # no prompt is already in order, except the lists of equal numbers (which have no other)
     for name, prompts in s.items():
-        lists = R.decode_numbers(prompts)
+        lists = T.decode_numbers(prompts)
         assert all(x != sorted(x) or len(set(x)) == 1 for x in lists), name
 
 
 def test_no_held_out_multiset_appears_in_a_prompt_template():
     """A template that shows a solved example must not show a held-out multiset's answer."""
-    task = R.RealLMSortTask()
+    task = T.RealLMSortTask()
     s = task.splits(num_validation=200, num_test=400)
     heldout = set(task.prompt_key(torch.cat([s["validation"], s["test"]])).tolist())
-    for name, template in R.PROMPT_TEMPLATES.items():
+    for name, template in T.PROMPT_TEMPLATES.items():
         text = template.replace("{numbers}", "")
         for run in re.findall(r"\d(?:, \d)+", text):
             numbers = [int(x) for x in run.split(", ")]
-            if len(numbers) in R.LENGTHS:
-                assert R.multiset_code(numbers) not in heldout, (name, run)
+            if len(numbers) in T.LENGTHS:
+                assert T.multiset_code(numbers) not in heldout, (name, run)
 
 
 def test_needs_sorting():
-    assert R.needs_sorting([3, 1, 2]) and R.needs_sorting([4, 4, 4])
-    assert not R.needs_sorting([1, 2, 3]) and not R.needs_sorting([1, 1, 2, 9])
+    assert T.needs_sorting([3, 1, 2]) and T.needs_sorting([4, 4, 4])
+    assert not T.needs_sorting([1, 2, 3]) and not T.needs_sorting([1, 1, 2, 9])
 
 
 def test_training_prompts_never_hold_a_held_out_multiset():
-    task = R.RealLMSortTask()
+    task = T.RealLMSortTask()
     s = task.splits(num_validation=200, num_test=200)
     heldout = task.prompt_key(torch.cat([s["validation"], s["test"]]))
     generator = torch.Generator().manual_seed(0)
     prompts = task.training_prompts(2000, generator, heldout)
-    lists = R.decode_numbers(prompts)  # raises unless every row is a valid prompt
-    assert {len(x) for x in lists} == set(R.LENGTHS)
-    assert all(R.needs_sorting(x) for x in lists)
+    lists = T.decode_numbers(prompts)  # raises unless every row is a valid prompt
+    assert {len(x) for x in lists} == set(T.LENGTHS)
+    assert all(T.needs_sorting(x) for x in lists)
     assert not torch.isin(task.prompt_key(prompts), heldout).any()
     # the check above can fail: raw random prompts do hit held-out multisets
     raw = task.random_prompts(2000, torch.Generator().manual_seed(0))
@@ -214,12 +218,11 @@ def load_tasks_module():
 def test_tasks_real_model_installs_its_requirements_then_converts(monkeypatch):
     tasks = load_tasks_module()
     assert tasks.COMMANDS["real-model"] is tasks.real_model
-    assert "python3 tasks.py real-model" in tasks.__doc__
+    assert "\n  real-model " in tasks.main_parser().format_help()
     calls = []
     monkeypatch.setattr(tasks, "setup", lambda files, **kw: calls.append(("setup", files)))
     monkeypatch.setattr(tasks, "run", lambda *cmd, **kw: calls.append(("run", cmd[1:])))
-    monkeypatch.setattr(tasks.sys, "argv", ["tasks.py", "real-model", "--force"])
-    tasks.real_model()
+    assert tasks.main(["tasks.py", "real-model", "--force"]) == 0
     assert calls == [
         ("setup", ["requirements.txt", "requirements-scale.txt", "requirements-real-model.txt"]),
         ("run", ("-m", "pgrl_helpers.hf.real_lm", "convert", "--force")),
@@ -315,17 +318,17 @@ def test_replies_are_decoded_up_to_eos(tiny):
     rows = torch.tensor(
         [ids("1 2 3") + [eos, eos], ids("1 2 3 4 5"), ids("3") + [eos] + ids("1 2 3")]
     )
-    texts, finished = R.decode_replies(tok, rows)
+    texts, finished = T.decode_replies(tok, rows)
     assert texts == ["1 2 3", "1 2 3 4 5", "3"] and finished == [True, False, True]
-    task = R.RealLMSortTask(tok, weights={"exact": 2.0, "format": 0.5})
-    prompts = R.encode_numbers([[3, 1, 2]])
+    task = T.RealLMSortTask(tok, weights={"exact": 2.0, "format": 0.5})
+    prompts = T.encode_numbers([[3, 1, 2]])
     scores = task.scores(prompts, rows[None])
     assert scores["exact"].tolist() == [[1.0, 0.0, 0.0]]
     assert scores["format"].tolist() == [[1.0, 0.0, 1.0]]
     assert task.reward(prompts, rows[None]).tolist() == [[2.5, 0.0, 0.5]]
     assert task.exact(prompts, rows[None]).tolist() == [[True, False, False]]
     with pytest.raises(ValueError, match="needs the tokenizer"):
-        R.RealLMSortTask().scores(prompts, rows[None])
+        T.RealLMSortTask().scores(prompts, rows[None])
 
 
 def test_batched_left_padded_decoding_equals_one_prompt_at_a_time(tiny):
@@ -334,7 +337,7 @@ def test_batched_left_padded_decoding_equals_one_prompt_at_a_time(tiny):
     positions). The planted bug, padding that the model attends to, changes the replies."""
     model, tok = tiny
     rows = [
-        R.prompt_token_ids(tok, x, TEMPLATE) for x in ([3, 1, 2], [9, 8, 7, 6, 5], [0, 4, 4, 1])
+        T.prompt_token_ids(tok, x, TEMPLATE) for x in ([3, 1, 2], [9, 8, 7, 6, 5], [0, 4, 4, 1])
     ]
     assert len({len(r) for r in rows}) == 3
     alone = torch.cat([R.generate(model, tok, [r], 6)["tokens"] for r in rows])
@@ -354,7 +357,7 @@ def test_batched_left_padded_decoding_equals_one_prompt_at_a_time(tiny):
 
 def test_sampling_is_reproducible_with_a_generator_and_greedy_is_the_argmax(tiny):
     model, tok = tiny
-    rows = [R.prompt_token_ids(tok, [3, 1, 2], TEMPLATE)] * 4
+    rows = [T.prompt_token_ids(tok, [3, 1, 2], TEMPLATE)] * 4
     draw = lambda seed: R.generate(  # noqa: E731
         model, tok, rows, 5, greedy=False, generator=torch.Generator().manual_seed(seed)
     )["tokens"]
@@ -396,7 +399,7 @@ def test_generation_and_log_probs_send_every_tensor_to_the_models_device(tiny):
     assert set(probe.seen) == {"input_ids", "attention_mask", "position_ids"}
     assert set(probe.seen.values()) == {meta}
     policy = R.ChatLMPolicy(probe, tok, TEMPLATE, max_new_tokens=3)
-    prompts = R.encode_numbers([[3, 1, 2]])
+    prompts = T.encode_numbers([[3, 1, 2]])
     with pytest.raises(DeviceProbe.Reached):
         policy.log_probs(prompts, torch.zeros(1, 2, 3, dtype=torch.long))
     assert set(probe.seen.values()) == {meta}
@@ -413,7 +416,7 @@ def test_evaluate_seeds_its_generator_on_the_models_device(tiny, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(torch, "Generator", spy)
-    prompts = R.encode_numbers([[3, 1, 2], [5, 4, 6, 0]])
+    prompts = T.encode_numbers([[3, 1, 2], [5, 4, 6, 0]])
     r = R.evaluate(model, tok, prompts, TEMPLATE, greedy=False, num_samples=2, max_new_tokens=4)
     assert made == [torch.device("cpu")]
     assert len(r["replies"]) == 4 and 0 <= r["format"] <= 1 and 1 <= r["mean_length"] <= 4
@@ -432,12 +435,12 @@ def test_policy_log_probs_are_the_models_on_each_unpadded_sequence(tiny):
     each prompt + reply alone; the mask is 1 up to and including EOS."""
     model, tok = tiny
     policy = R.ChatLMPolicy(model, tok, TEMPLATE, max_new_tokens=5)
-    prompts = R.encode_numbers([[3, 1, 2], [9, 8, 7, 6, 5]])
+    prompts = T.encode_numbers([[3, 1, 2], [9, 8, 7, 6, 5]])
     responses, mask = policy.sample(prompts, 3, torch.Generator().manual_seed(0))
     assert responses.shape == mask.shape == (2, 3, 5)
     log_probs = policy.log_probs(prompts, responses)
-    for b, numbers in enumerate(R.decode_numbers(prompts)):
-        row = R.prompt_token_ids(tok, numbers, TEMPLATE)
+    for b, numbers in enumerate(T.decode_numbers(prompts)):
+        row = T.prompt_token_ids(tok, numbers, TEMPLATE)
         for t in range(3):
             ids = torch.tensor([row + responses[b, t].tolist()])
             with torch.no_grad():
@@ -454,8 +457,8 @@ def _plain_log_probs(model, tok, prompts, responses):
     """log pi of each reply token from one forward pass over prompt + reply, one row at a time
     (no padding, no cache): what prefix sharing must reproduce."""
     out = []
-    for b, numbers in enumerate(R.decode_numbers(prompts)):
-        row = R.prompt_token_ids(tok, numbers, TEMPLATE)
+    for b, numbers in enumerate(T.decode_numbers(prompts)):
+        row = T.prompt_token_ids(tok, numbers, TEMPLATE)
         for t in range(responses.shape[1]):
             ids = torch.tensor([row + responses[b, t].tolist()])
             logits = model(input_ids=ids).logits[0, len(row) - 1 : -1]
@@ -471,7 +474,7 @@ def test_prefix_sharing_gives_the_plain_forward_passs_gradient(tiny):
     model, tok = tiny
     model = copy.deepcopy(model).train()
     policy = R.ChatLMPolicy(model, tok, TEMPLATE, max_new_tokens=4)
-    prompts = R.encode_numbers([[3, 1, 2], [9, 8, 7, 6, 5]])
+    prompts = T.encode_numbers([[3, 1, 2], [9, 8, 7, 6, 5]])
     responses, _ = policy.sample(prompts, 3, torch.Generator().manual_seed(1))
     weights = torch.linspace(-1.0, 1.0, responses.numel()).reshape(responses.shape)
     grads = []
@@ -490,7 +493,7 @@ def test_sampling_runs_each_prompt_once_and_gives_the_repeated_prompts_replies(t
     """generate(rows, num_samples=G) prefills len(rows) prompts, not len(rows) x G, and
     decodes what G copies of each row would (greedy: the same reply G times)."""
     model, tok = tiny
-    rows = [R.prompt_token_ids(tok, x, TEMPLATE) for x in ([3, 1, 2], [9, 8, 7, 6, 5])]
+    rows = [T.prompt_token_ids(tok, x, TEMPLATE) for x in ([3, 1, 2], [9, 8, 7, 6, 5])]
     widths = []
     forward = model.forward
 
@@ -510,14 +513,20 @@ def test_sampling_runs_each_prompt_once_and_gives_the_repeated_prompts_replies(t
 def test_policy_rejects_bad_settings(tiny):
     model, tok = tiny
     for bad in (0, 2.5, True):
-        with pytest.raises(ValueError, match="max_new_tokens must be an int"):
+        with pytest.raises(ValueError, match="max_new_tokens must be a positive int"):
             R.ChatLMPolicy(model, tok, TEMPLATE, max_new_tokens=bad)
-    with pytest.raises(ValueError, match="temperature must be > 0"):
+    with pytest.raises(ValueError, match="temperature must be a positive"):
         R.ChatLMPolicy(model, tok, TEMPLATE, temperature=0)
     with pytest.raises(ValueError, match="prompt_template must contain"):
         R.ChatLMPolicy(model, tok, "sort")
-    with pytest.raises(ValueError, match="max_new_tokens must be an int"):
-        R.generate(model, tok, [[1, 2]], 0)
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match="max_new_tokens must be a positive int"):
+            R.generate(model, tok, [[1, 2]], bad)
+        with pytest.raises(ValueError, match="num_samples"):
+            R.generate(model, tok, [[1, 2]], 3, num_samples=bad)
+    for bad in (0, -1.0, float("nan"), True):
+        with pytest.raises(ValueError, match="temperature must be a positive"):
+            R.generate(model, tok, [[1, 2]], 3, greedy=False, temperature=bad)
 
 
 def test_our_loop_trains_the_chat_policy_on_the_task(tiny):
@@ -532,16 +541,16 @@ def test_our_loop_trains_the_chat_policy_on_the_task(tiny):
     model, tok = tiny
     model = copy.deepcopy(model)
     policy = R.ChatLMPolicy(model, tok, TEMPLATE, max_new_tokens=6)
-    task = R.RealLMSortTask(tok, weights={"exact": 1.0, "partial": 0.5, "format": 0.1})
+    task = T.RealLMSortTask(tok, weights={"exact": 1.0, "partial": 0.5, "format": 0.1})
     config = TrainConfig(
         task="real_lm_sort", model="autoregressive", prompt_source="random",
-        prompt_length=R.MAX_NUMBERS, vocab_size=R.ABSENT + 1, max_response_length=6,
+        prompt_length=T.MAX_NUMBERS, vocab_size=T.ABSENT + 1, max_response_length=6,
         embedding_dim=16, num_heads=2,  # unused by the chat policy, checked by validate()
         prompts_per_epoch=2, num_responses=3, num_epochs=2, num_steps_per_epoch=1,
         learning_rate=1e-3, eval_every=2, num_eval_prompts=2,
     )  # fmt: skip
     before = [p.detach().clone() for p in model.parameters()]
-    with R.registry_with_real_lm(task):
+    with T.registry_with_real_lm(task):
         history = run_policy_gradient(config, policy=policy)
     steps = history.steps()
     assert len(steps) == 2 and all(torch.isfinite(torch.tensor(s["loss"])) for s in steps)
@@ -572,7 +581,7 @@ def test_the_converted_model_loads_with_its_chat_template(smol):
     assert model.config.model_type == "llama" and len(tok) == model.config.vocab_size == 49152
     assert tok.eos_token == "<|im_end|>"
     text = tok.apply_chat_template(
-        R.chat_messages([7, 2, 9], ISSUE), add_generation_prompt=True, tokenize=False
+        T.chat_messages([7, 2, 9], ISSUE), add_generation_prompt=True, tokenize=False
     )
     assert text.startswith("<|im_start|>system\n")
     assert text.endswith(
@@ -584,7 +593,7 @@ def test_the_converted_model_loads_with_its_chat_template(smol):
 @needs_model
 def test_the_converted_model_generates_the_argmax_of_its_own_forward_pass(smol):
     model, tok = smol
-    row = R.prompt_token_ids(tok, [7, 2, 9, 4], ISSUE)
+    row = T.prompt_token_ids(tok, [7, 2, 9, 4], ISSUE)
     out = R.generate(model, tok, [row], 4)
     reply = out["tokens"][0].tolist()
     with torch.no_grad():
@@ -593,7 +602,7 @@ def test_the_converted_model_generates_the_argmax_of_its_own_forward_pass(smol):
     assert out["texts"][0].strip() and out["finished"] == [False]  # it talks: 4 tokens, no EOS
 
 
-ADAPTER = R.DEFAULT_DIR.parents[1] / "benchmarks" / "results" / "real_lm_adapter"
+ADAPTER = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "real_lm_adapter"
 
 
 @needs_model
