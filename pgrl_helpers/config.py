@@ -10,7 +10,7 @@ bad field; each feature checks its own fields in its own module (``kl.check_kl_f
 (``recipes.RECIPES``). ``build_task()`` and ``build_policy()`` make the ``Task`` and
 ``Policy`` objects the loop talks to, so notebooks never need to build them by hand.
 
-Taught in notebooks 04, 07, 08, 09, 10, 11, 12, 15.
+Taught in notebook 07; also used in notebooks 04, 08, 09, 10, 11, 12, 15.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .autoregressive import check_autoregressive_fields
 from .covariance import check_clip_cov_fields
 from .dedup_task import DEDUP_REWARD_FNS
 from .kl import check_kl_fields
-from .losses import check_loss_fields
+from .losses import LossOptions, check_loss_fields
 from .masking import LOSS_AGGREGATIONS
 from .offpolicy import check_off_policy_fields
 from .recipes import RECIPES
@@ -45,12 +45,16 @@ from .value import check_value_fields
 
 PROMPT_SOURCES: tuple[str, ...] = ("lecture", "random")
 
+#: The loss options' defaults: ``TrainConfig`` declares each ``LossOptions`` field with the
+#: default ``LossOptions`` gives it (one source; ``losses.loss_options`` copies them back).
+_LOSS_DEFAULTS = LossOptions()
+
 
 @dataclass
 class TrainConfig:
     """Everything one run of ``run_policy_gradient`` needs. Defaults = the lecture's run.
 
-    Taught in notebooks 04, 07, 08, 09, 10, 11, 12, 15.
+    Taught in notebook 07; also used in notebooks 04, 08, 09, 10, 11, 12, 15.
     """
 
     # --- The lecture's run (the defaults reproduce it): objective and loop sizes ------------
@@ -58,7 +62,7 @@ class TrainConfig:
     """How rewards become deltas: one of ``advantages.DELTA_MODES``."""
     loss_mode: str = "naive"
     """Policy loss: one of ``losses.LOSS_MODES`` (naive ... dual_clip, cispo, sapo, kl_cov)."""
-    epsilon: float = 0.2
+    epsilon: float = _LOSS_DEFAULTS.epsilon
     """Lower clip edge 1 - epsilon of 'clipped', 'dual_clip' and 'cispo' (>= 1: no lower clip)."""
     kl_coef: float = 0.0
     """Coefficient beta of the KL(policy || reference) term; 0 turns the reference off."""
@@ -132,17 +136,17 @@ class TrainConfig:
     # --- The 2025 objectives: loss options (notebook 11; ``TrainConfig.preset``) ---------
     loss_aggregation: str = "token_mean"
     """Per-token losses -> one number: one of ``masking.LOSS_AGGREGATIONS`` (padding never counts)."""
-    epsilon_high: float | None = None
+    epsilon_high: float | None = _LOSS_DEFAULTS.epsilon_high
     """Clip-higher (DAPO): upper clip edge 1 + epsilon_high; None means epsilon (symmetric)."""
-    dual_clip_c: float = 3.0
+    dual_clip_c: float = _LOSS_DEFAULTS.dual_clip_c
     """loss_mode 'dual_clip': a negative-delta objective is bounded below by c x delta (c > 1)."""
-    sapo_temperature_pos: float = 1.0
+    sapo_temperature_pos: float = _LOSS_DEFAULTS.sapo_temperature_pos
     """loss_mode 'sapo': gate temperature for tokens with delta > 0 (TRL's default)."""
-    sapo_temperature_neg: float = 1.05
+    sapo_temperature_neg: float = _LOSS_DEFAULTS.sapo_temperature_neg
     """loss_mode 'sapo': gate temperature for tokens with delta <= 0 (TRL's default)."""
-    kl_cov_ratio: float = 0.002
+    kl_cov_ratio: float = _LOSS_DEFAULTS.kl_cov_ratio
     """loss_mode 'kl_cov': fraction k of real tokens (top covariance) that get the KL term."""
-    kl_cov_coef: float = 1.0
+    kl_cov_coef: float = _LOSS_DEFAULTS.kl_cov_coef
     """loss_mode 'kl_cov': weight beta of |log pi - log pi_old| on those tokens (paper: 1)."""
 
     # --- DAPO's batch: overlong shaping and dynamic sampling (``batch_filter``) ----------
@@ -156,8 +160,8 @@ class TrainConfig:
     # --- The loop's extension points: each names an entry of a registry (see README) -----
     advantage_estimator: str = "group"
     """How deltas are made: a key of ``registry.ADVANTAGE_ESTIMATORS`` ('group')."""
-    policy_objective: str = "token"
-    """Policy objective: a key of ``registry.POLICY_OBJECTIVES`` ('token'; GSPO: 'sequence')."""
+    importance_sampling_level: str = _LOSS_DEFAULTS.importance_sampling_level
+    """The loss's ratio pi / pi_old per 'token' or per 'sequence' (GSPO): ``POLICY_OBJECTIVES``."""
     batch_filter: str = "none"
     """Which sampled groups the optimizer sees: a key of ``registry.BATCH_FILTERS``."""
     rollout_source: str = "on_policy"
@@ -187,7 +191,11 @@ class TrainConfig:
     off_policy_correction: str = "none"
     """'none' (old = sampler), 'recompute' (old = trainer, no weight), 'tis' or 'mis'."""
     correction_level: str = "token"
-    """TIS / MIS weights per 'token' or per 'sequence' (product over the response)."""
+    """TIS / MIS weights per 'token' or per 'sequence' (product over the response).
+
+    Not ``importance_sampling_level``: these weights pi_trainer / pi_sampler (no gradient)
+    correct for a sampler that is not the trainer, while that field sets where the loss's own
+    ratio pi / pi_old (clipped, with gradient) lives; a run may set the two differently."""
     correction_cap: float = 2.0
     """C of TIS (weights truncated at C) and MIS (weights above C dropped); inf allowed."""
     correction_cap_low: float | None = None
@@ -195,7 +203,7 @@ class TrainConfig:
 
     # --- Remedies practitioners reach for, each off by default ---------------------------
     # The defaults leave every run as it was. Entropy: Clip-Cov and the high-entropy-token
-    # mask act on the per-token policy loss (``registry.apply_token_remedies``); KL: the
+    # mask act on the per-token policy loss (``objective.apply_token_remedies``); KL: the
     # adaptive controller sets beta once per epoch (``kl.AdaptiveKLController``); off-policy:
     # ``correction_cap_low`` above.
     clip_cov_ratio: float = 0.0
@@ -261,7 +269,7 @@ class TrainConfig:
         check_choice(self.task, TASKS, "task")
         check_choice(self.model, MODELS, "model")
         check_choice(self.advantage_estimator, ADVANTAGE_ESTIMATORS, "advantage_estimator")
-        check_choice(self.policy_objective, POLICY_OBJECTIVES, "policy_objective")
+        check_choice(self.importance_sampling_level, POLICY_OBJECTIVES, "importance_sampling_level")
         check_choice(self.batch_filter, BATCH_FILTERS, "batch_filter")
         check_choice(self.rollout_source, ROLLOUT_SOURCES, "rollout_source")
 

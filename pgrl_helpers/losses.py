@@ -29,12 +29,12 @@ token, as the lecture does; ``per_token_loss_and_metrics`` (the loop's entry) al
 the metrics. Notebook 04 teaches the ratio, the clip and the freeze pitfall, 06 one GRPO
 step, 11 the 2025 objectives.
 
-Taught in notebooks 00, 04, 05, 06, 08, 09, 11, 15.
+Taught in notebook 04; also used in notebooks 00, 05, 06, 08, 09, 11, 15.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -100,34 +100,33 @@ class LossOptions:
 
 
 def loss_options(config, level: str = "token") -> LossOptions:
-    """The loss settings of a ``TrainConfig`` (epsilon ... kl_cov_coef) at ratio ``level``.
+    """The loss settings of a ``TrainConfig`` at ratio ``level``: every ``LossOptions`` field
+    but ``importance_sampling_level`` read from the config field of the same name.
 
-    Building the ``LossOptions`` checks every field (naming it and its bound).
+    ``TrainConfig`` declares those fields with ``LossOptions``' defaults, so the two cannot
+    disagree; building the ``LossOptions`` checks every field (naming it and its bound).
+    ``level`` is the objective's own ('token' or 'sequence', ``registry.POLICY_OBJECTIVES``).
     """
-    return LossOptions(
-        epsilon=config.epsilon,
-        epsilon_high=config.epsilon_high,
-        dual_clip_c=config.dual_clip_c,
-        sapo_temperature_pos=config.sapo_temperature_pos,
-        sapo_temperature_neg=config.sapo_temperature_neg,
-        kl_cov_ratio=config.kl_cov_ratio,
-        kl_cov_coef=config.kl_cov_coef,
-        importance_sampling_level=level,
-    )
+    settings = {
+        field.name: getattr(config, field.name)
+        for field in fields(LossOptions)
+        if field.name != "importance_sampling_level"
+    }
+    return LossOptions(**settings, importance_sampling_level=level)
 
 
 def check_loss_fields(config) -> None:
     """Raise naming the first bad loss field of a ``TrainConfig``.
 
     ``loss_mode`` one of ``LOSS_MODES``; its options checked by ``loss_options``; KL-Cov
-    penalises single tokens, so it needs ``policy_objective`` 'token'.
+    penalises single tokens, so it needs ``importance_sampling_level`` 'token'.
     """
     check_choice(config.loss_mode, LOSS_MODES, "loss_mode")
     loss_options(config)
-    if config.loss_mode == "kl_cov" and config.policy_objective != "token":
+    if config.loss_mode == "kl_cov" and config.importance_sampling_level != "token":
         raise ValueError(
-            "loss_mode 'kl_cov' penalises single tokens: it needs policy_objective "
-            f"'token', got {config.policy_objective!r}"
+            "loss_mode 'kl_cov' penalises single tokens: it needs importance_sampling_level "
+            f"'token', got {config.importance_sampling_level!r}"
         )
 
 
@@ -419,7 +418,7 @@ def compute_per_token_loss(
     when old_log_probs equal log_probs (detached). For the clipped tokens call ``clip_mask``;
     for the metrics, ``per_token_loss_and_metrics``.
 
-    Taught in notebooks 04, 06, 08, 11, 15.
+    Taught in notebook 04; also used in notebooks 06, 08, 11, 15.
     """
     options = LossOptions(
         epsilon, epsilon_high, importance_sampling_level=importance_sampling_level, **mode_options
@@ -447,7 +446,7 @@ def compute_loss(
     variable-length responses use ``compute_per_token_loss`` with
     ``masking.aggregate_loss`` instead of this mean.
 
-    Taught in notebooks 04, 05, 06, 09.
+    Taught in notebook 04; also used in notebooks 05, 06, 09.
     """
     if "mask" in objective_options:
         raise ValueError(
@@ -507,7 +506,7 @@ def clip_fraction(
     optional) restricts the count to real response tokens. The loop records the same
     number as ``clipped_loss``'s metric.
 
-    Taught in notebooks 04, 06.
+    Taught in notebook 04; also used in notebook 06.
     """
     with torch.no_grad():
         clipped = clip_mask(log_probs, old_log_probs, deltas, epsilon, epsilon_high) != 0

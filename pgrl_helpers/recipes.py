@@ -16,6 +16,9 @@ included, so that a notebook or the dashboard reproduces that one run. The KL te
 (add ``kl_coef=0.04``). A method whose batch filter reads EOS (DAPO's overlong shaping) needs
 the variable-length task, so its recipe names that task too.
 
+``recipe_table()`` renders the method recipes as the README's table "What GRPO, Dr. GRPO, DAPO,
+GSPO, ... are in these fields" (``tests/test_recipes.py`` checks the README holds it verbatim).
+
 Not imported by a notebook: ``TrainConfig.preset`` reads it (notebook 11 compares these methods).
 """
 
@@ -65,7 +68,7 @@ RECIPES: dict[str, dict] = {
     "gspo": {
         "deltas_mode": "normalized_rewards",
         "loss_mode": "clipped",
-        "policy_objective": "sequence",
+        "importance_sampling_level": "sequence",
         "epsilon": 3e-4,
         "epsilon_high": 4e-4,
         "loss_aggregation": "sequence_mean",
@@ -130,3 +133,41 @@ RECIPES: dict[str, dict] = {
         "seed": 1,
     },
 }
+
+#: The recipes that define a method (the rest, ``notebook_08`` and ``generalizing_transformer``,
+#: fix a whole run): the rows of ``recipe_table``.
+METHOD_RECIPES: tuple[str, ...] = (
+    "lecture", "grpo", "dr_grpo", "dapo", "gspo", "cispo", "rloo", "reinforce_pp",
+)  # fmt: skip
+
+#: The objective's four axes, in the order the loop applies them: rewards -> deltas
+#: (= advantages), the per-token loss, the ratio's level, the aggregation over tokens.
+OBJECTIVE_FIELDS: tuple[str, ...] = (
+    "deltas_mode", "loss_mode", "importance_sampling_level", "loss_aggregation",
+)  # fmt: skip
+
+
+def recipe_table(names: tuple[str, ...] = METHOD_RECIPES) -> str:
+    """Markdown table: one row per recipe, its ``OBJECTIVE_FIELDS`` and the other fields it sets.
+
+    A field the recipe leaves alone shows the lecture's default (``TrainConfig``'s); DAPO's
+    variable-length task (the five ``_SORT_DEDUP`` fields) is named once, as "notebook 08's task".
+    """
+    from .config import TrainConfig  # here, not at the top: config imports this module
+
+    defaults = TrainConfig()
+    header = "| recipe | " + " | ".join(f"`{field}`" for field in OBJECTIVE_FIELDS)
+    lines = [header + " | also sets |", "|---" * (len(OBJECTIVE_FIELDS) + 2) + "|"]
+    for name in names:
+        recipe = RECIPES[name]
+        axes = [f"`{recipe.get(field, getattr(defaults, field))}`" for field in OBJECTIVE_FIELDS]
+        task = _SORT_DEDUP.items() <= recipe.items()
+        others = [
+            f"`{field}={value!r}`"
+            for field, value in recipe.items()
+            if field not in OBJECTIVE_FIELDS and not (task and field in _SORT_DEDUP)
+        ]
+        if task:
+            others.append("notebook 08's task (`task='sort_dedup'`, autoregressive policy)")
+        lines.append(f"| `{name}` | " + " | ".join(axes) + f" | {', '.join(others) or '-'} |")
+    return "\n".join(lines)

@@ -9,11 +9,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgrl_helpers.advantages import DELTA_MODES, MASK_MODES, compute_deltas, zero_deltas_reason
+from pgrl_helpers.advantages import (
+    DELTA_FUNCTIONS,
+    DELTA_MODES,
+    MASK_MODES,
+    compute_deltas,
+    zero_deltas_reason,
+)
 from pgrl_helpers.hf.trl_config import TRL_SCALE_REWARDS
 
 #: Other test files whose tests also pin pgrl_helpers/advantages.py (tests/mutation.py).
-MUTATION_ALSO = ("integration/test_framework_agreement.py", "test_registry.py")
+MUTATION_ALSO = ("integration/test_framework_agreement.py", "test_objective.py")
 
 
 def random_rewards(seed, batch=6, group=8):
@@ -99,6 +105,21 @@ def test_every_mode_is_listed():
     r = random_rewards(2)
     for mode in DELTA_MODES:
         assert compute_deltas(r, mode).shape == r.shape
+
+
+def test_the_modes_are_the_table_in_its_order_and_compute_deltas_dispatches_to_it():
+    assert DELTA_MODES == (
+        "rewards", "centered_rewards", "normalized_rewards", "max_rewards", "loo_rewards",
+        "batch_normalized_rewards", "reinforce_pp_baseline",
+    )  # fmt: skip
+    assert DELTA_MODES == tuple(DELTA_FUNCTIONS)
+    assert all(fn.__name__ == f"{mode}_deltas" for mode, fn in DELTA_FUNCTIONS.items())
+    r = random_rewards(3)
+    mask = torch.ones(*r.shape, 2, dtype=torch.bool)
+    for mode, fn in DELTA_FUNCTIONS.items():
+        token_mask = mask if mode in MASK_MODES else None
+        want = fn(r, token_mask, 0.25, 0.5)
+        assert torch.equal(compute_deltas(r, mode, 0.25, 0.5, token_mask), want), mode
 
 
 # --- the batch delta modes: REINFORCE++-baseline and TRL's scale_rewards ---
@@ -218,8 +239,14 @@ def test_normalized_rewards_adds_eps_to_the_std():
 
 def test_std_floor_and_eps_are_checked_by_name():
     r = torch.tensor(R)
-    for kwargs in ({"std_floor": 0.0}, {"std_floor": -1.0}, {"eps": -1e-6}):
-        with pytest.raises(ValueError, match=r"^std_floor must be > 0 and eps >= 0, got "):
+    for kwargs, message in (
+        ({"std_floor": 0.0}, r"^std_floor must be a positive finite number, got 0\.0"),
+        ({"std_floor": -1.0}, r"^std_floor must be a positive finite number, got -1\.0"),
+        ({"std_floor": float("nan")}, r"^std_floor must be a positive finite number, got nan"),
+        ({"eps": -1e-6}, r"^eps must be a finite number >= 0, got -1e-06"),
+        ({"eps": True}, r"^eps must be a finite number >= 0, got True"),
+    ):
+        with pytest.raises(ValueError, match=message):
             compute_deltas(r, "normalized_rewards", **kwargs)
     compute_deltas(r, "normalized_rewards", eps=0.0)  # eps == 0 is allowed
 
@@ -293,3 +320,8 @@ def test_two_masked_tokens_are_enough_for_token_whitening():
     got = compute_deltas(rewards, "reinforce_pp_baseline", mask=mask)
     # tokens: +0.5 (response 0) and +0.5 (response 3): std 0, floored at 1e-3
     assert torch.isfinite(got).all() and got[0, 0] == got[1, 1]
+
+
+def test_the_mask_refusal_says_what_to_do_instead():
+    with pytest.raises(ValueError, match=r"tokens\. Pass mask=None, or apply the mask to the loss"):
+        compute_deltas(torch.ones(2, 2), "centered_rewards", mask=torch.ones(2, 2, 1))

@@ -28,7 +28,7 @@ from pgrl_helpers.losses import (
 from pgrl_helpers.masking import aggregate_loss
 
 #: Other test files whose tests also pin pgrl_helpers/losses.py (tests/mutation.py).
-MUTATION_ALSO = ("test_covariance.py", "test_registry.py", "test_config.py")
+MUTATION_ALSO = ("test_covariance.py", "test_objective.py", "test_config.py")
 
 
 def make_batch(seed=0, batch=3, trial=4, pos=5):
@@ -1093,3 +1093,12 @@ def test_an_empty_response_is_refused_at_the_sequence_level_only():
     with pytest.raises(ValueError, match="^mask: importance_sampling_level 'sequence' averages"):
         sequence_log_ratio(lp, old, full_then_empty)
     compute_per_token_loss(lp, deltas, "unclipped", old, mask=full_then_empty)  # token level
+
+
+def test_check_loss_fields_names_the_loss_mode_field():
+    from types import SimpleNamespace
+
+    from pgrl_helpers.losses import check_loss_fields
+
+    with pytest.raises(ValueError, match="^unknown loss_mode 'ppo'; valid values are: naive, "):
+        check_loss_fields(SimpleNamespace(loss_mode="ppo"))

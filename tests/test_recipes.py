@@ -20,7 +20,7 @@ BENCH_OBJECTIVES = {
     "GRPO": {"loss_aggregation": "sequence_mean"},
     "Dr. GRPO": {"deltas_mode": "centered_rewards", "loss_aggregation": "constant_normalizer"},
     "DAPO": {"epsilon_high": 0.28, "batch_filter": "dapo", "dynamic_sampling_max_draws": 3},
-    "GSPO": {"policy_objective": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4,
+    "GSPO": {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4,
              "loss_aggregation": "sequence_mean"},
     "CISPO": {"loss_mode": "cispo", "epsilon": 1.0, "epsilon_high": 4.0},
     "RLOO": {"deltas_mode": "loo_rewards"},
@@ -75,7 +75,8 @@ def test_the_methods_differ_where_their_papers_do():
     dapo = TrainConfig.preset("dapo")
     assert (dapo.epsilon, dapo.epsilon_high, dapo.task) == (0.2, 0.28, "sort_dedup")
     gspo = TrainConfig.preset("gspo")
-    assert (gspo.policy_objective, gspo.epsilon, gspo.epsilon_high) == ("sequence", 3e-4, 4e-4)
+    assert gspo.importance_sampling_level == "sequence"
+    assert (gspo.epsilon, gspo.epsilon_high) == (3e-4, 4e-4)
     assert TrainConfig.preset("rloo").loss_mode == "naive"  # REINFORCE, no ratio clip
     assert TrainConfig.preset("reinforce_pp").loss_mode == "clipped"
     assert all(TrainConfig.preset(name).kl_coef == 0 for name in RECIPES)
@@ -140,3 +141,22 @@ def test_the_notebook_08_recipe_is_notebook_08s_last_run():
         settings[keyword.arg] = ast.literal_eval(value)
     settings.pop("progress", None)  # display only
     assert TrainConfig(**settings) == TrainConfig.preset("notebook_08")
+
+
+def test_the_readme_table_of_the_methods_is_the_recipes(monkeypatch):
+    """README's "What GRPO, Dr. GRPO, DAPO, GSPO, ... are in these fields" is recipe_table()."""
+    from pgrl_helpers import recipes
+
+    readme = (REPO / "README.md").read_text()
+    table = recipes.recipe_table()
+    assert table in readme
+    rows = table.splitlines()[2:]
+    assert [row.split(" | ")[0] for row in rows] == [f"| `{n}`" for n in recipes.METHOD_RECIPES]
+    gspo = next(row for row in rows if row.startswith("| `gspo`"))
+    assert "| `sequence` | `sequence_mean` |" in gspo and "`epsilon=0.0003`" in gspo
+    dapo = next(row for row in rows if row.startswith("| `dapo`"))
+    assert "`batch_filter='dapo'`" in dapo and "notebook 08's task" in dapo
+    assert "`model=" not in dapo  # the task's five fields are named once
+    # a recipe changed without the README: the check fails
+    monkeypatch.setitem(recipes.RECIPES, "gspo", {**RECIPES["gspo"], "epsilon": 0.2})
+    assert recipes.recipe_table() not in readme

@@ -15,7 +15,7 @@ from pgrl_helpers.training import run_policy_gradient
 @pytest.mark.parametrize(
     "overrides",
     [
-        {"loss_mode": "clipped", "policy_objective": "sequence", "epsilon": 3e-3,
+        {"loss_mode": "clipped", "importance_sampling_level": "sequence", "epsilon": 3e-3,
          "epsilon_high": 4e-3, "loss_aggregation": "sequence_mean"},
         {"loss_mode": "cispo", "epsilon": 1.0, "epsilon_high": 4.0},
         {"loss_mode": "sapo", "deltas_mode": "reinforce_pp_baseline"},

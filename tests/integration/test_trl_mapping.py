@@ -23,9 +23,9 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from pgrl_helpers.config import TrainConfig  # noqa: E402
 from pgrl_helpers.hf import trl_bridge as tb  # noqa: E402
 from pgrl_helpers.hf import trl_config as tc  # noqa: E402
-from pgrl_helpers.config import TrainConfig  # noqa: E402
 from pgrl_helpers.kl import kl_estimate  # noqa: E402
 from pgrl_helpers.losses import compute_per_token_loss  # noqa: E402
 from pgrl_helpers.masking import aggregate_loss, masked_mean, masked_normalize  # noqa: E402
@@ -121,8 +121,9 @@ def fixed_batch(tok, pos: int, variable: bool, seed: int = 2):
 def our_loss(cfg, log_probs, entropy, deltas, old, ref, mask):
     """What run_policy_gradient minimises for cfg on this batch (training.py, step 4)."""
     per_token = compute_per_token_loss(
-        log_probs, deltas, cfg.loss_mode, old, cfg.epsilon, epsilon_high=cfg.epsilon_high
-    )
+        log_probs, deltas, cfg.loss_mode, old, cfg.epsilon, epsilon_high=cfg.epsilon_high,
+        importance_sampling_level=cfg.importance_sampling_level, mask=mask,
+    )  # fmt: skip
     loss = aggregate_loss(per_token, mask, cfg.loss_aggregation)
     if cfg.kl_coef > 0:  # KL per response (sum over real tokens), mean over responses
         kl = masked_normalize(kl_estimate(log_probs, ref, "k3"), mask, float(B * G))
@@ -184,6 +185,17 @@ def test_clip_higher_maps_to_trl_epsilon_high(model_dir):
     assert abs(trl - ours) < TOL and grad_diff < TOL
     symmetric = our_value(fixed_config(epsilon=0.2), model_dir, variable=False, ratio=1.24)
     assert abs(ours - symmetric) > 1e-3, "the batch must tell the two clip ranges apart"
+
+
+def test_gspo_maps_to_trl_importance_sampling_level(model_dir):
+    cfg = fixed_config(importance_sampling_level="sequence", loss_aggregation="sequence_mean")
+    kw = tc.grpo_config_kwargs(cfg)
+    assert (kw["importance_sampling_level"], kw["loss_type"]) == ("sequence", "grpo")
+    assert "importance_sampling_level" not in tc.grpo_config_kwargs(fixed_config())
+    trl, ours, grad_diff = compare(cfg, model_dir, variable=False)
+    assert abs(trl - ours) < TOL and grad_diff < TOL
+    token = fixed_config(loss_aggregation="sequence_mean")
+    assert abs(ours - our_value(token, model_dir, variable=False)) > 1e-3, "levels must differ"
 
 
 # --------------------------------------------------------------------------------------
