@@ -4,10 +4,17 @@
 and one ``"eval"`` record per evaluation. ``history_columns`` turns the records of one
 kind into columns for plotting.
 
-Taught in notebooks 07, 08, 10, 12, 13.
+What happened and what is running are kept apart: ``History`` holds the records and the
+run's bookkeeping (config, stop reason, counts); ``Run`` (``history.run``) holds the
+objects the loop works with and reads back (the policy, the frozen reference, the
+advantage estimator, the held-out prompts), for a caller to inspect once the run is done.
+
+Taught in notebook 07; also used in notebooks 08, 10, 12, 13.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -115,41 +122,54 @@ REPR_STEP_KEYS = ("epoch", "mean_reward", "loss", "grad_norm")
 REPR_EVAL_KEYS = ("epoch", "validation_exact_sort", "test_exact_sort")
 
 
-class History(list):
-    """The run's records (a plain list of dicts) plus what a caller may want to inspect.
+@dataclass
+class Run:
+    """What is running: the objects the loop works with and reads back, one per run.
 
-    Attributes: ``config``, ``model`` (the policy being trained), ``ref_model`` (the
-    current frozen reference, or None), ``ref_refresh_epochs`` (epochs at which the
-    reference was refreshed), ``validation_prompts`` int[n, prompt_pos] (the validation set),
-    ``test_prompts`` int[n, prompt_pos] (the test set, disjoint from validation by key),
-    ``heldout_keys`` int64[2n] (the task's keys of both sets), ``train_prompts`` (the
-    lecture prompts, or the last random batch), ``num_train_prompts`` (prompts trained on,
-    all epochs), ``train_prompts_with_heldout_key`` (how many of those had a held-out key:
-    0 by construction, counted so anyone can verify it), ``stop_reason`` (why the run
-    ended: one of ``STOP_REASONS``, None while it runs), ``target_epoch`` (epochs done when
-    validation first reached the target, or None), ``advantage_estimator`` (the run's
-    estimator object). Its repr is a summary (record counts, stop reason, the last step's
-    and the last evaluation's main metrics), not every record: ``list(history)`` has those.
+    ``model`` the policy being trained; ``ref_model`` the current frozen reference (None
+    without a KL term); ``advantage_estimator`` the run's estimator object
+    (``registry.build_estimator``; for 'gae' it holds the critic ``.critic`` and its
+    per-epoch ``.value_losses``); ``validation_prompts`` int[n, prompt_pos] (the validation
+    set, the only one the stopping rule reads); ``test_prompts`` int[n, prompt_pos] (the
+    test set, disjoint from validation by key); ``train_prompts`` int[batch, prompt_pos]
+    (the lecture prompts, or the last random batch). A finished run's are
+    ``history.run.model``, ``history.run.validation_prompts``, ...
     """
 
-    def __init__(self, config):
+    model: torch.nn.Module | None = None
+    ref_model: torch.nn.Module | None = None
+    advantage_estimator: object = None
+    validation_prompts: torch.Tensor | None = None
+    test_prompts: torch.Tensor | None = None
+    train_prompts: torch.Tensor | None = None
+
+
+class History(list):
+    """What happened in a run: its records (a plain list of dicts) and its bookkeeping.
+
+    Attributes: ``config``; ``run`` (a ``Run``: the model, the reference, the estimator
+    and the prompt sets the loop used); ``ref_refresh_epochs`` (epochs at which the
+    reference was refreshed); ``heldout_keys`` int64[2n] (the task's keys of the validation
+    and test sets); ``num_train_prompts`` (prompts trained on, all epochs);
+    ``train_prompts_with_heldout_key`` (how many of those had a held-out key: 0 by
+    construction, counted so anyone can verify it); ``stop_reason`` (why the run ended: one
+    of ``STOP_REASONS``, None while it runs); ``target_epoch`` (epochs done when validation
+    first reached the target, or None). Its repr is a summary (record counts, stop reason,
+    the last step's and the last evaluation's main metrics), not every record:
+    ``list(history)`` has those.
+    """
+
+    def __init__(self, config, run: Run | None = None):
         super().__init__()
         self.config = config
-        self.model = None
-        self.ref_model = None
+        self.run = Run() if run is None else run
         self.ref_refresh_epochs: list[int] = []
-        self.validation_prompts: torch.Tensor | None = None
-        self.test_prompts: torch.Tensor | None = None
         self.heldout_keys: torch.Tensor | None = None
-        self.train_prompts: torch.Tensor | None = None
         self.num_train_prompts = 0
         self.train_prompts_with_heldout_key = 0
         self.stop_reason: str | None = None
         #: epochs done when validation first reached ``target_validation_exact_sort`` (or None)
         self.target_epoch: int | None = None
-        #: the run's advantage estimator object (``registry.build_estimator``); for
-        #: 'gae' it holds the critic (``.critic``) and its per-epoch ``.value_losses``
-        self.advantage_estimator = None
 
     def __repr__(self) -> str:
         """'History(12 records: 10 steps, 2 evals; stop_reason='max_epochs'; last step ...)'."""
@@ -168,8 +188,9 @@ class History(list):
         return f"History({'; '.join(parts)})"
 
     def record_training_prompts(self, prompts: torch.Tensor, keys: torch.Tensor) -> None:
-        """Keep the epoch's prompts int[batch, prompt_pos]; count those whose key is held out."""
-        self.train_prompts = prompts
+        """Count a training batch's prompts int[batch, prompt_pos] and those whose key is held
+        out; the batch becomes ``run.train_prompts`` (the last one drawn)."""
+        self.run.train_prompts = prompts
         self.num_train_prompts += prompts.shape[0]
         self.train_prompts_with_heldout_key += int(torch.isin(keys, self.heldout_keys).sum())
 
@@ -205,7 +226,7 @@ def history_columns(history: list[dict], kind: str = "step") -> dict[str, list]:
     Handy for plotting without pandas: ``cols = history_columns(h, "eval");
     plt.plot(cols["epoch"], cols["validation_exact_sort"])``.
 
-    Taught in notebooks 07, 08, 10, 13.
+    Taught in notebook 07; also used in notebooks 08, 10, 13.
     """
     check_choice(kind, ("step", "eval"), "record kind")
     records = [r for r in history if r.get("kind") == kind]
@@ -222,7 +243,7 @@ def per_epoch(history: list[dict], metric: str) -> list:
     the same at every inner step of an epoch; this picks them once. Raises ValueError for a
     name that is not a step metric.
 
-    Taught in notebooks 07, 08.
+    Taught in notebook 07; also used in notebook 08.
     """
     if metric not in STEP_KEYS:
         raise ValueError(

@@ -135,8 +135,12 @@ exact_sort_reward.vectorized = True
 
 
 def flaky_reward(prompts, responses):
-    """``sort_distance_reward``, except about 1 response in 1000 scores 1000 (a reward server
-    returning an error code as a number): float[batch, trial]. Needs prompt length 4."""
+    """``sort_distance_reward``, except about 1 response in 300 scores 1000 (a reward server
+    returning an error code as a number): float[batch, trial]. Needs prompt length 4.
+
+    Over uniformly drawn length-4 prompts and responses (values 0-5) 1 in 316 is an outlier
+    (``tests/test_symptoms.py``); a training policy's replies are not uniform, so a run sees
+    its own rate."""
     import torch
 
     from .sort_task import sort_distance_reward_batch
@@ -241,6 +245,6 @@ PLANTED: dict[str, str] = {
     "clip_high": "epsilon 0.01 (the lecture's hard-coded value)",
     "clip_zero": "learning rate 1e-4 (30x too small)",
     "length_drift": "autoregressive policy, penalty-only reward, per-sequence loss mean",
-    "grad_spike": "a reward outlier (1 response in ~1000 scores 1000), centred deltas",
+    "grad_spike": "a reward outlier (1 response in ~300 scores 1000), centred deltas",
     "plateau": "the lecture's setup with raw rewards as deltas, 30 epochs",
 }

@@ -44,9 +44,9 @@ Per epoch, the four steps the lecture names:
 Six named extension points, all in ``pgrl_helpers.registry``, each a dict keyed by a
 ``TrainConfig`` field: ``TASKS`` (``task``), ``MODELS`` (``model``), ``ROLLOUT_SOURCES``
 (``rollout_source``), ``BATCH_FILTERS`` (``batch_filter``), ``ADVANTAGE_ESTIMATORS``
-(``advantage_estimator``) and ``POLICY_OBJECTIVES`` (``policy_objective``).
+(``advantage_estimator``) and ``POLICY_OBJECTIVES`` (``importance_sampling_level``).
 
-Taught in notebooks 04, 07, 08, 09, 10, 11, 12, 13, 15, 16.
+Taught in notebook 07; also used in notebooks 04, 08, 09, 10, 11, 12, 13, 15, 16.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .config import TrainConfig
-from .history import History
+from .history import History, Run
 from .infra import PhaseClock
 from .kl import build_kl_controller, kl_per_response
 from .losses import compute_ratio
@@ -85,12 +85,14 @@ def run_policy_gradient(
 ) -> History:
     """Train a policy with GRPO-style policy gradients; return the history.
 
+    The history is the records and counts (``History``); the trained policy, the reference,
+    the estimator and the held-out prompts are ``history.run`` (``Run``).
     ``callback(epoch, history)`` runs after every epoch (and its evaluation, if any);
     returning True or "stop" ends the run. ``policy`` continues training a given policy
     (it must implement ``Policy`` and fit every shape the config implies) instead of
     building one. The same config (seed included) gives an identical history.
 
-    Taught in notebooks 07, 08, 09, 10, 11, 12, 13, 15, 16.
+    Taught in notebook 07; also used in notebooks 08, 09, 10, 11, 12, 13, 15, 16.
     """
     config.validate()
     threads_before = torch.get_num_threads()
@@ -116,14 +118,14 @@ def _train(config: TrainConfig, callback, policy) -> History:
     policy = config.build_policy() if policy is None else policy
     check_policy_fits(policy, config.vocab_size, config.prompt_length, config.response_length)
     policy.train()
-    history = History(config)
-    history.model = policy
-    heldout_keys = _hold_out(history, task, config)  # validation + test, disjoint by content
+    run = Run(model=policy)  # what is running: the objects the loop reads back
+    history = History(config, run)  # what happened: the records and the counts
+    heldout_keys = _hold_out(run, history, task, config)  # validation + test, disjoint by key
     source = ROLLOUT_SOURCES[config.rollout_source](policy, config)
     batch_filter = BATCH_FILTERS[config.batch_filter]
     estimator = build_estimator(config.advantage_estimator, policy, config)
-    history.advantage_estimator = estimator
-    objective = POLICY_OBJECTIVES[config.policy_objective]
+    run.advantage_estimator = estimator
+    objective = POLICY_OBJECTIVES[config.importance_sampling_level]
     kl_coef = build_kl_controller(config)  # beta: fixed, or adapted to config.kl_target
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
     prompt_generator = torch.Generator().manual_seed(config.seed)
@@ -131,7 +133,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
     counters = {"step": 0, "responses_sampled": 0}
     draw = Resampler(task, source, history, prompt_generator, sample_generator, counters)
 
-    if _evaluate_on_schedule(history, task, config, 0, counters):
+    if _evaluate_on_schedule(run, history, task, config, 0, counters):
         history.stop_reason = "target"
         return history
     clock = PhaseClock(config.profile_time)
@@ -140,7 +142,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
         clock.start()
         # 1. refresh the frozen reference model on schedule (only when the KL term is on)
         if config.kl_coef > 0 and epoch % config.compute_ref_model_period == 0:
-            history.ref_model = _freeze(policy)
+            run.ref_model = _freeze(policy)
             history.ref_refresh_epochs.append(epoch)
 
         # 2. sample G responses per prompt; score them once (deltas: after step 3)
@@ -161,9 +163,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
         with torch.no_grad():
             rollout.old_log_probs = None if reuse else source.old_log_probs(rollout)  # [b, t, pos]
             if config.kl_coef > 0:
-                rollout.ref_log_probs = history.ref_model.log_probs(
-                    rollout.prompts, rollout.responses
-                )
+                rollout.ref_log_probs = run.ref_model.log_probs(rollout.prompts, rollout.responses)
             rollout.token_entropy = _token_entropy_if_needed(policy, rollout, config)
         rollout.deltas = estimator(rollout, config)  # [batch, trial] or [batch, trial, pos]
         clock.lap("log_probs")
@@ -204,7 +204,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
         clock.lap("optimizer")
 
         bar.set_postfix(mean_reward=f"{record['mean_reward']:.3f}", refresh=False)
-        if _evaluate_on_schedule(history, task, config, epoch + 1, counters):
+        if _evaluate_on_schedule(run, history, task, config, epoch + 1, counters):
             history.stop_reason = "target"
         clock.stop("evaluation", history)
         if callback is not None and history.stop_reason is None:
@@ -279,7 +279,7 @@ def evaluate_greedy(policy, prompts: torch.Tensor, task) -> dict[str, float]:
     }
 
 
-def _evaluate_on_schedule(history, task, config, epochs_done: int, counters: dict) -> bool:
+def _evaluate_on_schedule(run, history, task, config, epochs_done: int, counters: dict) -> bool:
     """Evaluate when due; True once the run should stop for its target.
 
     Due: before training, every ``eval_every`` epochs, at the last epoch, and at the end of
@@ -291,23 +291,23 @@ def _evaluate_on_schedule(history, task, config, epochs_done: int, counters: dic
     if history.target_epoch is not None:
         window_end = history.target_epoch + config.epochs_after_target
     due = epochs_done % config.eval_every == 0 or epochs_done in (config.num_epochs, window_end)
-    if due and _evaluate(history, task, config, epochs_done, **counters):
+    if due and _evaluate(run, history, task, config, epochs_done, **counters):
         if history.target_epoch is None:
             history.target_epoch = window_end = epochs_done
             window_end += config.epochs_after_target
     return window_end is not None and epochs_done >= window_end
 
 
-def _evaluate(history, task, config, epochs_done, step, responses_sampled) -> bool:
-    """Append an eval record; True if the stopping target is reached."""
+def _evaluate(run, history, task, config, epochs_done, step, responses_sampled) -> bool:
+    """Append an eval record of ``run.model``; True if the stopping target is reached."""
     try:
-        scores = evaluate_greedy(history.model, history.validation_prompts, task)
-        test = evaluate_greedy(history.model, history.test_prompts, task)  # never read below
+        scores = evaluate_greedy(run.model, run.validation_prompts, task)
+        test = evaluate_greedy(run.model, run.test_prompts, task)  # never read below
     except ValueError as err:
         raise ValueError(f"held-out evaluation after {epochs_done} epochs: {err}") from err
     train = None
     if task.fixed_prompts is not None:
-        train = evaluate_greedy(history.model, task.fixed_prompts, task)["exact_sort"]
+        train = evaluate_greedy(run.model, task.fixed_prompts, task)["exact_sort"]
     history.append(
         {
             "kind": "eval",
@@ -334,15 +334,14 @@ def _grad_norm(model: torch.nn.Module, epoch: int, step: int) -> torch.Tensor:
     return norm
 
 
-def _hold_out(history, task, config) -> torch.Tensor:
-    """Draw the validation and test sets (disjoint by the task's key); return all their keys.
+def _hold_out(run, history, task, config) -> torch.Tensor:
+    """Draw the validation and test sets (disjoint by the task's key) into ``run``; record
+    and return all their keys (``history.heldout_keys``).
 
     The stopping rule reads validation only; training never sees a prompt with these keys.
     """
-    history.validation_prompts, history.test_prompts = heldout_split(config, task)
-    history.heldout_keys = task.prompt_key(
-        torch.cat([history.validation_prompts, history.test_prompts])
-    )
+    run.validation_prompts, run.test_prompts = heldout_split(config, task)
+    history.heldout_keys = task.prompt_key(torch.cat([run.validation_prompts, run.test_prompts]))
     return history.heldout_keys
 
 

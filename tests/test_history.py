@@ -1,8 +1,13 @@
-"""History (pgrl_helpers.history): a short repr and a stop reason for every finished run."""
+"""History (pgrl_helpers.history): a short repr and a stop reason for every finished run; the
+run's objects (``Run``) kept apart from its records."""
 
 from __future__ import annotations
 
-from pgrl_helpers.history import STOP_REASONS, History
+import dataclasses
+
+import torch
+
+from pgrl_helpers.history import STOP_REASONS, History, Run
 from pgrl_helpers.training import run_policy_gradient
 
 
@@ -39,3 +44,50 @@ def test_the_repr_summarises_instead_of_listing_every_record(tiny_config):
 
 def test_the_repr_of_an_empty_history():
     assert repr(History(config=None)) == "History(0 records: 0 steps, 0 evals; stop_reason=None)"
+
+
+def test_what_happened_and_what_is_running_are_kept_apart(tiny_config):
+    """History holds the records and the counts; the objects the loop used are history.run."""
+    assert set(vars(History(config=None))) == {
+        "config",
+        "run",
+        "ref_refresh_epochs",
+        "heldout_keys",
+        "num_train_prompts",
+        "train_prompts_with_heldout_key",
+        "stop_reason",
+        "target_epoch",
+    }
+    assert [f.name for f in dataclasses.fields(Run)] == [
+        "model",
+        "ref_model",
+        "advantage_estimator",
+        "validation_prompts",
+        "test_prompts",
+        "train_prompts",
+    ]
+    config = tiny_config("lecture", num_epochs=2, kl_coef=0.1)
+    history = run_policy_gradient(config)
+    run = history.run
+    assert isinstance(run, Run) and isinstance(run.model, torch.nn.Module)
+    assert run.ref_model is not run.model and not run.ref_model.training
+    assert callable(run.advantage_estimator) and hasattr(run.advantage_estimator, "after_epoch")
+    assert run.validation_prompts.shape[0] == run.test_prompts.shape[0] == config.heldout_size
+    assert torch.equal(
+        history.heldout_keys,
+        config.build_task().prompt_key(torch.cat([run.validation_prompts, run.test_prompts])),
+    )
+    assert torch.equal(run.train_prompts, config.build_task().fixed_prompts)  # lecture prompts
+    assert not hasattr(history, "model") and not hasattr(history, "validation_prompts")
+
+
+def test_recording_training_prompts_counts_them_and_keeps_the_last_batch():
+    history = History(config=None)
+    history.heldout_keys = torch.tensor([5, 7])
+    first, last = torch.tensor([[1, 2], [3, 4]]), torch.tensor([[5, 6]])
+    history.record_training_prompts(first, torch.tensor([1, 5]))
+    history.record_training_prompts(last, torch.tensor([7]))
+    assert history.run.train_prompts is last
+    assert (history.num_train_prompts, history.train_prompts_with_heldout_key) == (3, 2)
+    shared = Run()
+    assert History(None, shared).run is shared and History(None).run is not shared

@@ -59,12 +59,14 @@ def test_reference_model_frozen_and_refreshed_on_schedule():
     ref_seen = {}
 
     def callback(epoch, history):
-        ref = history.ref_model
-        assert ref is not history.model
+        ref = history.run.ref_model
+        assert ref is not history.run.model
         assert not ref.training
         assert all(not p.requires_grad and p.grad is None for p in ref.parameters())
         ref_seen[epoch] = (id(ref), {k: v.clone() for k, v in ref.state_dict().items()})
-        end_of_epoch_model[epoch] = {k: v.clone() for k, v in history.model.state_dict().items()}
+        end_of_epoch_model[epoch] = {
+            k: v.clone() for k, v in history.run.model.state_dict().items()
+        }
 
     history = run_policy_gradient(config, callback=callback)
     assert history.ref_refresh_epochs == [0, 3, 6]
@@ -86,7 +88,7 @@ def test_reference_model_frozen_and_refreshed_on_schedule():
 
 def test_no_reference_model_without_kl_penalty():
     history = run_policy_gradient(lecture_config())
-    assert history.ref_model is None and history.ref_refresh_epochs == []
+    assert history.run.ref_model is None and history.ref_refresh_epochs == []
     assert all(r["kl"] is None for r in history.steps())
 
 
@@ -116,7 +118,7 @@ def test_freeze_pitfall_gives_zero_gradient_and_no_learning():
     before = {k: v.clone() for k, v in config.build_policy().state_dict().items()}
     history = run_policy_gradient(config)
     assert all(r["grad_norm"] == 0.0 for r in history.steps())
-    after = history.model.state_dict()
+    after = history.run.model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
     # the same run with frozen old log-probs does learn
     fixed = run_policy_gradient(dataclasses.replace(config, detach_old_log_probs=True))
@@ -150,7 +152,7 @@ def test_same_seed_same_history_and_other_seed_differs():
         ({"loss_mode": "clipped", "epsilon": 0.0}, "epsilon"),
         ({"loss_mode": "clipped", "epsilon": float("inf")}, "epsilon"),
         ({"advantage_estimator": "value"}, "advantage_estimator"),
-        ({"policy_objective": "word"}, "policy_objective"),
+        ({"importance_sampling_level": "word"}, "importance_sampling_level"),
         ({"batch_filter": "top"}, "batch_filter"),
         ({"rollout_source": "replay"}, "rollout_source"),
         ({"kl_coef": -0.1}, "kl_coef"),
@@ -207,7 +209,7 @@ def test_heldout_prompts_distinct_and_never_trained_on():
     seen = set()
 
     def callback(epoch, history):
-        seen.update(tuple(sorted(p)) for p in history.train_prompts.tolist())
+        seen.update(tuple(sorted(p)) for p in history.run.train_prompts.tolist())
 
     run_policy_gradient(config, callback=callback)
     assert len(seen) > 25  # most of the 56 - 16 allowed multisets were drawn ...

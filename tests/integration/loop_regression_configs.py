@@ -127,16 +127,16 @@ def record(name: str, **overrides) -> dict:
         history = run_policy_gradient(TrainConfig(**{**CONFIGS[name], **overrides}))
     finally:
         torch.set_default_dtype(dtype_before)
-    params = [p.detach().double() for p in history.model.parameters()]
+    params = [p.detach().double() for p in history.run.model.parameters()]
     return {
         "records": [dict(r) for r in history],
         "stop_reason": history.stop_reason,
         "ref_refresh_epochs": list(history.ref_refresh_epochs),
-        "validation_prompts": history.validation_prompts.tolist(),
-        "test_prompts": history.test_prompts.tolist(),
+        "validation_prompts": history.run.validation_prompts.tolist(),
+        "test_prompts": history.run.test_prompts.tolist(),
         "train_prompts_with_heldout_key": history.train_prompts_with_heldout_key,
-        "train_prompts": history.train_prompts.tolist(),
-        "param_dtype": str(next(history.model.parameters()).dtype),
+        "train_prompts": history.run.train_prompts.tolist(),
+        "param_dtype": str(next(history.run.model.parameters()).dtype),
         "param_sum": float(sum(p.sum() for p in params)),
         "param_sq_sum": float(sum((p * p).sum() for p in params)),
         "threads_restored": torch.get_num_threads() == threads_before,

@@ -113,7 +113,7 @@ def test_in_the_loop_the_batch_is_full_and_heldout_keys_are_never_drawn():
     assert history.train_prompts_with_heldout_key == 0
     assert history.evals()[-1]["responses_sampled"] == 3 * 4 * (3 + draws)
     # the recorded prompts are the training prompts' keys, disjoint from held-out keys
-    keys = history.config.build_task().prompt_key(history.train_prompts)
+    keys = history.config.build_task().prompt_key(history.run.train_prompts)
     assert not torch.isin(keys, history.heldout_keys).any()
 
 

@@ -80,18 +80,22 @@ def test_heldout_keys_never_reach_a_training_batch(seed, length, vocab, dedup):
 def test_history_records_the_split_and_that_no_training_prompt_had_a_heldout_key(tiny_config):
     seen = []
     history = training.run_policy_gradient(
-        tiny_config("transformer"), callback=lambda epoch, h: seen.append(h.train_prompts.clone())
+        tiny_config("transformer"),
+        callback=lambda epoch, h: seen.append(h.run.train_prompts.clone()),
     )
     task = history.config.build_task()
     assert history.train_prompts_with_heldout_key == 0
     assert history.num_train_prompts == 4 * 32
     trained = {multiset(p) for batch in seen for p in batch.tolist()}
     held = {
-        multiset(p) for p in torch.cat([history.validation_prompts, history.test_prompts]).tolist()
+        multiset(p)
+        for p in torch.cat([history.run.validation_prompts, history.run.test_prompts]).tolist()
     }
     assert not trained & held
     assert set(history.heldout_keys.tolist()) == set(
-        task.prompt_key(torch.cat([history.validation_prompts, history.test_prompts])).tolist()
+        task.prompt_key(
+            torch.cat([history.run.validation_prompts, history.run.test_prompts])
+        ).tolist()
     )
     assert all(r["test_exact_sort"] is not None for r in history.evals())
 

@@ -42,7 +42,7 @@ CONFIGS = {
 
 def run(config: TrainConfig):
     history = run_policy_gradient(config)
-    params = [p.detach().clone() for p in history.model.parameters()]
+    params = [p.detach().clone() for p in history.run.model.parameters()]
     return [dict(r) for r in history], params
 
 

@@ -81,7 +81,9 @@ def test_intended_fix_passes_with_the_visible_and_the_hidden_seed(run):
 def test_the_history_alone_is_handed_out_and_the_config_only_for_the_right_cause():
     for run, (cause, _) in FIXES.items():
         history = checks.broken_run(run)
-        assert history.config is None and history.model is None and history.ref_model is None
+        assert (
+            history.config is None and history.run.model is None and history.run.ref_model is None
+        )
         assert history.steps() and history.evals()
         with pytest.raises(TypeError, match="diagnose run"):
             checks.broken_config(run)

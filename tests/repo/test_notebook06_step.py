@@ -136,7 +136,7 @@ def loop_step():
         history = run_policy_gradient(loop_config())
     (step,) = history.steps()
     (rollout,) = rollouts
-    return rollout, step, history.model
+    return rollout, step, history.run.model
 
 
 def run_notebook_step(source: str, rollout) -> tuple[float, LectureModel]:
