@@ -197,12 +197,30 @@ def train_to_target(
             (e["validation_exact_sort"] for e in evals if reached and e["epoch"] >= epochs),
             default=None,
         ),
-        "num_validation": len(history.validation_prompts),
-        "num_test": len(history.test_prompts),
+        "num_validation": len(history.run.validation_prompts),
+        "num_test": len(history.run.test_prompts),
         "train_prompts_with_heldout_key": history.train_prompts_with_heldout_key,
         "final_response_length": history.steps()[-1]["response_length"],
         "curve": curve,
     }
+
+
+def trl_run_kwargs(config, output_dir: str, **overrides) -> dict:
+    """``GRPOConfig`` keyword arguments of a benchmark's TRL run: ``config`` mapped by
+    ``trl_config.grpo_config_kwargs``, on the CPU, nothing saved or reported, a log line per
+    round (``num_steps_per_epoch`` optimizer steps); ``overrides`` on top."""
+    from pgrl_helpers.hf import trl_config  # here: a report never needs the TRL bridge
+
+    return trl_config.grpo_config_kwargs(
+        config,
+        output_dir=output_dir,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=config.num_steps_per_epoch,
+        disable_tqdm=True,
+        use_cpu=True,
+        **overrides,
+    )
 
 
 def save_seed_runs(

@@ -72,30 +72,8 @@ TARGET = 0.9  # notebook 08's stopping bar on validation exact
 RECALL_SAMPLES = 16  # samples per held-out prompt for value_recall
 
 #: Notebook 08, section 6 (G = 16, entropy bonus 0.05), with its 42 + 42 held-out prompts.
-CONFIG = TrainConfig(
-    model="autoregressive",
-    task="sort_dedup",
-    prompt_source="random",
-    prompt_length=4,
-    vocab_size=6,
-    max_response_length=6,
-    embedding_dim=32,
-    num_layers=2,
-    num_heads=4,
-    reward_fn="dedup_position_reward",
-    deltas_mode="normalized_rewards",
-    loss_mode="clipped",
-    loss_aggregation="token_mean",
-    num_responses=16,
-    entropy_coef=0.05,
-    prompts_per_epoch=32,
-    num_epochs=EPOCHS,
-    num_steps_per_epoch=4,
-    learning_rate=3e-3,
-    eval_every=10,
-    num_eval_prompts=42,
-    target_validation_exact_sort=TARGET,
-)
+#: (``recipes.RECIPES["notebook_08"]``, named here with the two numbers the text uses)
+CONFIG = TrainConfig.preset("notebook_08", num_epochs=EPOCHS, target_validation_exact_sort=TARGET)
 
 #: name -> (G, entropy_coef); the first is notebook 08's setting.
 SETTINGS = {
@@ -114,10 +92,10 @@ def value_recall(history, num_samples: int = RECALL_SAMPLES) -> list[float | Non
     """
     config = history.config
     eos = config.vocab_size
-    prompts = torch.cat([history.validation_prompts, history.test_prompts])  # [n, pos]
+    prompts = torch.cat([history.run.validation_prompts, history.run.test_prompts])  # [n, pos]
     generator = torch.Generator().manual_seed(config.seed + 7)
     with torch.no_grad():
-        responses, mask = sample_with_mask(history.model, prompts, num_samples, generator)
+        responses, mask = sample_with_mask(history.run.model, prompts, num_samples, generator)
     real = responses.masked_fill(mask == 0, eos)  # [n, trial, pos]; padding can't count
     recall = []
     for v in range(config.vocab_size):

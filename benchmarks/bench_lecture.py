@@ -30,20 +30,8 @@ from pgrl_helpers.training import run_policy_gradient  # noqa: E402
 NAME = "lecture_reproduction"
 SEEDS = (0, 1, 2)
 RATE_SEEDS = tuple(range(10))  # for the success rate of the best setting
-LECTURE = TrainConfig(
-    model="lecture",
-    prompt_source="lecture",
-    embedding_dim=10,
-    vocab_size=5,
-    prompt_length=3,
-    num_responses=10,
-    num_epochs=100,
-    num_steps_per_epoch=10,
-    learning_rate=1e-3,
-    loss_mode="naive",
-    reward_fn="sort_inclusion_ordering_reward",
-    eval_every=10,
-)
+#: The lecture's run: ``TrainConfig``'s defaults are the lecture (the recipe "lecture" is empty).
+LECTURE = TrainConfig.preset("lecture")
 MODES = ("rewards", "centered_rewards", "normalized_rewards", "max_rewards")
 #: The lecture's numbers (SPEC): final mean reward of 5 per mode; 0 of 3 sorted in each.
 LECTURE_REPORTED = {

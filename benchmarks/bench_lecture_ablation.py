@@ -41,22 +41,9 @@ from pgrl_helpers.training import run_policy_gradient
 NAME = "lecture_ablation"
 SEEDS = tuple(range(10))
 INIT_SCALE = 0.3
-#: The lecture's setup (TrainConfig's defaults, spelled out), centered deltas.
-LECTURE = TrainConfig(
-    model="lecture",
-    prompt_source="lecture",
-    embedding_dim=10,
-    vocab_size=5,
-    prompt_length=3,
-    num_responses=10,
-    num_epochs=100,
-    num_steps_per_epoch=10,
-    learning_rate=1e-3,
-    loss_mode="naive",
-    deltas_mode="centered_rewards",
-    reward_fn="sort_inclusion_ordering_reward",
-    eval_every=100,
-)
+#: The lecture's setup (``TrainConfig``'s defaults: centered deltas, the naive loss), evaluated
+#: once at the end.
+LECTURE = TrainConfig.preset("lecture", eval_every=100)
 #: The four changes of notebook 07's tuned setup (``init`` is applied to the model).
 CHANGES: dict[str, dict] = {
     "init": {},

@@ -102,9 +102,9 @@ def test_score(history, config: TrainConfig) -> dict:
     """Greedy episodes of the final policy on the test prompts, TEST_PRICE_DRAWS keyed price
     draws each."""
     task = ToolCompareTask(config.vocab_size)
-    prompts = history.test_prompts
+    prompts = history.run.test_prompts
     responses = run_tool_episodes(
-        history.model, prompts, TEST_PRICE_DRAWS, greedy=True, price_seed=TEST_SEED
+        history.run.model, prompts, TEST_PRICE_DRAWS, greedy=True, price_seed=TEST_SEED
     )  # [batch, draws, 6]
     return {
         "test_exact": task.exact(prompts, responses).float().mean().item(),
@@ -134,8 +134,8 @@ def run_one(config: TrainConfig) -> dict:
         "validation": [(e["epoch"], e["validation_exact_sort"]) for e in history.evals()],
         "train_prompts_with_heldout_key": history.train_prompts_with_heldout_key,
         "heldout_keys": {
-            "validation": sorted(set(task.prompt_key(history.validation_prompts).tolist())),
-            "test": sorted(set(task.prompt_key(history.test_prompts).tolist())),
+            "validation": sorted(set(task.prompt_key(history.run.validation_prompts).tolist())),
+            "test": sorted(set(task.prompt_key(history.run.test_prompts).tolist())),
         },
         "seconds": seconds,
         "cpu_seconds": cpu_seconds,

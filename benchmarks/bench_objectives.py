@@ -73,14 +73,15 @@ TUNING_LRS = (3e-3, 1e-2)
 TUNING_SEED = 100
 QUICK_EPOCHS = 1  # a quick run: tuning and leaderboard runs of 1 epoch, leaderboard seed 0
 
-BASE = TrainConfig(
-    model="autoregressive", task="sort_dedup", prompt_source="random", prompt_length=4,
-    vocab_size=6, max_response_length=6, embedding_dim=32, num_layers=2, num_heads=4,
-    reward_fn="dedup_position_reward", deltas_mode="normalized_rewards", loss_mode="clipped",
-    loss_aggregation="token_mean", num_responses=16, prompts_per_epoch=16, entropy_coef=0.05,
-    num_epochs=MAX_EPOCHS, num_steps_per_epoch=4, learning_rate=3e-3, eval_every=5,
-    num_eval_prompts=10, overlong_buffer=1,  # 10 + 10 held-out sets of values (of 56)
-)  # fmt: skip
+BASE = TrainConfig.preset(
+    "notebook_08",  # its task, policy and GRPO-style objective; smaller batches, own stop rule
+    prompts_per_epoch=16,
+    num_epochs=MAX_EPOCHS,
+    eval_every=5,
+    num_eval_prompts=10,  # 10 + 10 held-out sets of values (of 56)
+    target_validation_exact_sort=None,  # the runs stop at TARGET themselves
+    overlong_buffer=1,
+)
 
 #: name -> the fields that differ from BASE (the paper's / TRL's recommended settings): each
 #: method's recipe (``pgrl_helpers.recipes.RECIPES``) less the fields BASE already sets so.
@@ -138,7 +139,9 @@ def run(config: TrainConfig) -> dict:
         "curve": curve,
         "validation_curve": validation_curve,
         "entropy": entropy,
-        "splits": split_keys(history.config, history.validation_prompts, history.test_prompts),
+        "splits": split_keys(
+            history.config, history.run.validation_prompts, history.run.test_prompts
+        ),
     }
 
 

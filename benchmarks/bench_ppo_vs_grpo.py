@@ -66,14 +66,14 @@ MAX_EPOCHS = 70  # 70 x 16 prompts x G = 16: 17,920 responses at most
 WORKERS = 2
 QUICK_EPOCHS = 1  # a quick run: every run this long, one tuning seed, one seed
 
-BASE = TrainConfig(
-    model="autoregressive", task="sort_dedup", prompt_source="random", prompt_length=4,
-    vocab_size=6, max_response_length=6, embedding_dim=32, num_layers=2, num_heads=4,
-    reward_fn="dedup_position_reward", deltas_mode="normalized_rewards", loss_mode="clipped",
-    loss_aggregation="token_mean", num_responses=16, prompts_per_epoch=16, entropy_coef=0.05,
-    num_epochs=MAX_EPOCHS, num_steps_per_epoch=4, learning_rate=3e-3, eval_every=5,
-    num_eval_prompts=10, target_validation_exact_sort=TARGET,  # 10 + 10 held-out sets of values
-)  # fmt: skip
+BASE = TrainConfig.preset(
+    "notebook_08",  # its task, policy and GRPO-style objective; smaller batches
+    prompts_per_epoch=16,
+    num_epochs=MAX_EPOCHS,
+    eval_every=5,
+    num_eval_prompts=10,  # 10 + 10 held-out sets of values
+    target_validation_exact_sort=TARGET,
+)
 
 #: name -> the fields that differ from BASE (each method's own recipe; lr is tuned).
 METHODS: dict[str, dict] = {

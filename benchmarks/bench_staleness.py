@@ -163,7 +163,7 @@ def run(config: TrainConfig) -> dict:
         "final_entropy": statistics.mean(s["entropy"] for s in steps[-4 * 5 :]),
         "seconds": time.perf_counter() - t0,
         "cpu_seconds": time.process_time() - c0,
-        "splits": split_keys(config, history.validation_prompts, history.test_prompts),
+        "splits": split_keys(config, history.run.validation_prompts, history.run.test_prompts),
     }
 
 

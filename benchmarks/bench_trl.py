@@ -56,10 +56,11 @@ from _common import (  # noqa: E402
     save,
     setup,
     split_record,
+    trl_run_kwargs,
 )
 
-from pgrl_helpers.hf import hf_policy, trl_bridge, trl_config  # noqa: E402
 from pgrl_helpers.config import TrainConfig  # noqa: E402
+from pgrl_helpers.hf import hf_policy, trl_bridge  # noqa: E402
 
 NAME = "trl"
 SEEDS = (0, 1, 2)
@@ -238,14 +239,9 @@ def train_one_seed(
             return control
 
     with tempfile.TemporaryDirectory(prefix="bench-trl-") as tmp:
-        kwargs = trl_config.grpo_config_kwargs(
+        kwargs = trl_run_kwargs(
             config,
-            output_dir=tmp,
-            report_to="none",
-            save_strategy="no",
-            logging_steps=config.num_steps_per_epoch,
-            disable_tqdm=True,
-            use_cpu=True,
+            tmp,
             lr_scheduler_type=lr_schedule,
             weight_decay=weight_decay,  # AdamW's decoupled decay (the mapping's default: 0)
         )

@@ -49,10 +49,19 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 import torch  # noqa: E402
-from _common import RESULTS_DIR, markdown_table, output_dir, parse_args, save, setup  # noqa: E402
+from _common import (  # noqa: E402
+    RESULTS_DIR,
+    markdown_table,
+    output_dir,
+    parse_args,
+    save,
+    setup,
+    trl_run_kwargs,
+)
 from bench_trl import CONFIG, build_policy  # noqa: E402
 
-from pgrl_helpers import hf_policy, training, trl_bridge, trl_config  # noqa: E402
+from pgrl_helpers import training  # noqa: E402
+from pgrl_helpers.hf import hf_policy, trl_bridge  # noqa: E402
 from pgrl_helpers.sort_task import SortTask  # noqa: E402
 from pgrl_helpers.training import heldout_split, run_policy_gradient  # noqa: E402
 
@@ -156,7 +165,7 @@ def run_loop(config, seed: int) -> dict:
 
     def after_epoch(epoch, history):
         if epoch == 0:
-            first.extend(history.train_prompts.tolist())
+            first.extend(history.run.train_prompts.tolist())
         last = history.evals()[-1]
         if last["epoch"] == epoch + 1:  # an evaluation ran after this epoch
             cpu = time.process_time() - start[1] - timers.cpu["evaluation"]
@@ -229,16 +238,7 @@ def run_trl(config, seed: int, prompts: torch.Tensor, val, test) -> dict:
             return control
 
     with tempfile.TemporaryDirectory(prefix="bench-trl-vs-loop-") as tmp:
-        kwargs = trl_config.grpo_config_kwargs(
-            config,
-            output_dir=tmp,
-            report_to="none",
-            save_strategy="no",
-            logging_steps=config.num_steps_per_epoch,
-            disable_tqdm=True,
-            use_cpu=True,
-            shuffle_dataset=False,  # the loop's prompt order
-        )
+        kwargs = trl_run_kwargs(config, tmp, shuffle_dataset=False)  # the loop's prompt order
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=recording_reward,

@@ -92,7 +92,7 @@ def train(config: TrainConfig) -> dict:
     stamps: dict[int, tuple[float, float]] = {0: (0.0, 0.0)}  # epochs done -> (wall, CPU)
 
     def watch(epoch: int, history) -> bool:
-        seen.update(task.prompt_key(history.train_prompts).tolist())
+        seen.update(task.prompt_key(history.run.train_prompts).tolist())
         stamps[epoch + 1] = (time.perf_counter() - wall0, time.process_time() - cpu0)
         return history.target_epoch is None and stamps[epoch + 1][1] > MAX_CPU_SECONDS
 
