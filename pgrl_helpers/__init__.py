@@ -11,19 +11,21 @@ Where things live, by room:
 * the lecture's math (tensors in, tensors out; imports only ``_validate`` and each other):
   ``sort_task``, ``task``, ``models``, ``policy``, ``sampling``, ``advantages``, ``losses``,
   ``covariance``, ``kl``, ``masking``, ``gae``
-* the loop: ``rollout`` (the batch type, batch filters), ``registry`` (the extension points
-  side by side), ``config`` (``TrainConfig``), ``recipes`` (named presets), ``history``
-  (``METRICS``), ``training`` (``run_policy_gradient``)
+* the loop: ``rollout`` (the batch type, batch filters), ``objective`` (deltas, the per-token
+  loss's glue, the token remedies), ``registry`` (the extension points' tables side by side),
+  ``config`` (``TrainConfig``), ``recipes`` (named presets), ``history`` (``METRICS``, ``History``
+  = the records, ``Run`` = the run's objects), ``training`` (``run_policy_gradient``)
 * extensions the loop plugs in through ``registry``: ``autoregressive``, ``dedup_task``,
   ``tool_task``, ``value``, ``offpolicy``, ``infra``, ``memory``
 * exact studies and instruments (one or two notebooks each): ``exact``, ``kl_exact``,
   ``baselines``, ``reinforce``, ``credit``, ``claims``, ``clip_family``, ``diagnose``,
   ``symptoms``, ``collapse``, ``seed_stats``, ``passk``, ``bench_results``
 * optional dependencies, in subpackages named after the pip extras: ``ui`` (``ui.dashboard``,
-  ``ui.gae_widget``, ``ui.clip_widget``; extra ``widgets``: ipywidgets, matplotlib) and ``hf``
-  (``hf.trl_config``, ``hf.trl_bridge``, ``hf.trl_objectives``, ``hf.hf_policy``,
-  ``hf.checkpoint``, ``hf.real_lm``; extra ``trl``: transformers, trl, peft). No top-level
-  module imports them, so the core works without either extra
+  ``ui.figures``, ``ui.gae_widget``, ``ui.clip_widget``; extra ``widgets``: ipywidgets,
+  matplotlib) and ``hf`` (``hf.trl_config``, ``hf.trl_bridge``, ``hf.trl_objectives``,
+  ``hf.hf_policy``, ``hf.checkpoint``, ``hf.real_lm``, ``hf.real_lm_task``; extra ``trl``:
+  transformers, trl, peft). No top-level module imports them, so the core works without
+  either extra
 * ``checks``: the exercise checkers of the classroom assignments
 
 ``pgrl_helpers.__version__`` is the installed version (pyproject.toml's; CHANGELOG.md says
@@ -57,6 +59,7 @@ _HOMES: dict[str, str] = {
     "greedy_responses": "sampling",
     "sample_responses": "sampling",
     "token_entropy": "sampling",
+    "DELTA_FUNCTIONS": "advantages",
     "DELTA_MODES": "advantages",
     "compute_deltas": "advantages",
     "LOSS_FUNCTIONS": "losses",
@@ -86,6 +89,7 @@ _HOMES: dict[str, str] = {
     "RECIPES": "recipes",
     "METRICS": "history",
     "History": "history",
+    "Run": "history",
     "history_columns": "history",
     "run_policy_gradient": "training",
 }

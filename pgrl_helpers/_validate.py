@@ -57,11 +57,6 @@ def check_same_shape(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str)
         )
 
 
-def check_mode(mode: str, valid: tuple[str, ...], what: str) -> None:
-    if mode not in valid:
-        raise ValueError(f"unknown {what} {mode!r}; valid modes are: {', '.join(valid)}")
-
-
 def check_positive_ints(**values) -> None:
     """Raise ValueError naming the first argument that is not a positive int (bools refused)."""
     for name, value in values.items():
@@ -78,6 +73,14 @@ def check_prompts(prompts, vocab_size: int, prompt_length: int) -> None:
         raise ValueError(
             f"this model takes prompts of length {prompt_length}, got shape {list(prompts.shape)}"
         )
+
+
+def is_number(value) -> bool:
+    """True for an int or a float; a bool is not a number here (``True`` is not a learning rate).
+
+    For code that dispatches on the type (a name, a tensor or a number); to refuse a bad
+    value, use ``check_number``."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _fmt(x) -> str:
@@ -154,6 +157,8 @@ def check_choice(value, valid, name: str) -> None:
     if value not in valid:
         listed = ", ".join(str(v) for v in valid)
         raise ValueError(f"unknown {name} {value!r}; valid values are: {listed}")
+
+
 
 
 def check_bool(value, name: str) -> None:

@@ -192,8 +192,7 @@ def _generate(
 ) -> torch.Tensor:
     _check_policy(model)
     _check_prompts(model, prompts)
-    if not isinstance(num_samples, int) or num_samples < 1:
-        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    check_positive_ints(num_samples=num_samples)
     batch = prompts.shape[0]
     # every (prompt, sample) pair is one row: [(batch trial), pos + 1]
     seq = repeat(

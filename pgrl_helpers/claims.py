@@ -18,7 +18,7 @@ shows that it fails.
   the tokens whose ratio left [1 - eps, 1 + eps] in the direction of their delta, and the
   unclipped slope -ratio * delta everywhere else.
 
-Taught in notebooks 02, 04, 05, 06.
+Taught in notebook 02; also used in notebooks 04, 05, 06.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def check_k3_round_off(k3_unclamped: Callable, k3: Callable, seed: int = 0, tol=
 
     Log-ratios from 1e-8 to 10 in size, float32. Returns (min unclamped value, max clamp change).
 
-    Taught in notebooks 05, 06.
+    Taught in notebook 05; also used in notebook 06.
     """
     g = torch.Generator().manual_seed(seed)
     log_pi = torch.randn(100_000, generator=g)

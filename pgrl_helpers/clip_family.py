@@ -25,6 +25,7 @@ import math
 
 import torch
 
+from ._validate import check_choice, check_number
 from .losses import compute_per_token_loss
 
 #: curve name -> (loss_mode, importance_sampling_level, epsilon, epsilon_high)
@@ -43,16 +44,14 @@ SAPO_TAU = {1: 1.0, -1: 1.05}  # TRL's defaults: tau_pos, tau_neg
 def clip_settings(name: str, epsilon: float | None = None, epsilon_high: float | None = None):
     """(epsilon, epsilon_high) of curve ``name``: its ``CLIP_FAMILY`` defaults, or the given
     ones (PPO-clip is symmetric: it takes ``epsilon`` on both sides; SAPO has no clip)."""
-    if name not in CLIP_FAMILY:
-        raise ValueError(f"unknown curve {name!r}; valid names are: {', '.join(CLIP_FAMILY)}")
+    check_choice(name, CLIP_FAMILY, "curve")
     _, _, eps, eps_high = CLIP_FAMILY[name]
     eps = eps if epsilon is None else epsilon
     eps_high = eps_high if epsilon_high is None else epsilon_high
     if name == "PPO-clip":
         eps_high = eps
-    for value, what in ((eps, "epsilon"), (eps_high, "epsilon_high")):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"{what} must be a positive number, got {value!r}")
+    check_number(eps, "epsilon", 0, allow_inf=True)
+    check_number(eps_high, "epsilon_high", 0, allow_inf=True)
     return eps, eps_high
 
 

@@ -35,13 +35,15 @@ and reward on some epochs only (``bench_objectives.py`` stores them at each eval
 other epochs): the end values are then the means of those recorded within the last ``tail``
 epochs.
 
-Taught in notebooks 08, 11.
+Taught in notebook 08; also used in notebook 11.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+
+from ._validate import check_number, check_positive_ints
 
 #: nats per real response token: below this (mean of the last ``TAIL_EPOCHS`` epochs) the
 #: policy is called nearly deterministic.
@@ -70,8 +72,7 @@ def _finite_list(values: Sequence[float], name: str) -> list[float]:
 
 
 def _tail_mean(values: list[float], tail: int, epochs: Sequence[int] | None, name: str) -> float:
-    if not isinstance(tail, int) or isinstance(tail, bool) or tail < 1:
-        raise ValueError(f"tail must be an int >= 1, got {tail!r}")
+    check_positive_ints(tail=tail)
     which = "entropy_epochs" if name == "entropy" else "reward_epochs"
     if epochs is None:
         last = values[-tail:]
@@ -152,16 +153,12 @@ def is_collapsed(
         is at least ``(1 - reward_margin) * reward_max``.
     entropy_threshold: > 0 nats; tail: epochs averaged (>= 1).
 
-    Taught in notebooks 08, 11.
+    Taught in notebook 08; also used in notebook 11.
     """
-    if not (isinstance(target, int | float) and 0 < target <= 1):
-        raise ValueError(f"target must be in (0, 1], got {target!r}")
-    if not (isinstance(entropy_threshold, int | float) and entropy_threshold > 0):
-        raise ValueError(f"entropy_threshold must be > 0 nats, got {entropy_threshold!r}")
-    if not (isinstance(reward_max, int | float) and math.isfinite(reward_max) and reward_max > 0):
-        raise ValueError(f"reward_max must be a finite number > 0, got {reward_max!r}")
-    if not (isinstance(reward_margin, int | float) and 0 <= reward_margin < 1):
-        raise ValueError(f"reward_margin must be in [0, 1), got {reward_margin!r}")
+    check_number(target, "target", 0, 1)
+    check_number(entropy_threshold, "entropy_threshold", 0, note="nats")
+    check_number(reward_max, "reward_max", 0)
+    check_number(reward_margin, "reward_margin", 0, 1, low_inclusive=True, high_inclusive=False)
     validation = _finite_list(validation_exact, "validation_exact")
     if not all(0 <= v <= 1 for v in validation):
         raise ValueError(f"validation_exact must lie in [0, 1], got {validation}")

@@ -72,16 +72,9 @@ def kl_cov_tokens(
 
 def check_clip_cov(ratio, lower, upper) -> None:
     """Raise ValueError naming the bad Clip-Cov setting (ratio in [0, 1], lower < upper)."""
-    if (
-        isinstance(ratio, bool)
-        or not isinstance(ratio, (int, float))
-        or not math.isfinite(ratio)
-        or not 0 <= ratio <= 1
-    ):
-        raise ValueError(f"clip_cov_ratio must be a number in [0, 1] (0: off), got {ratio!r}")
-    for value, name in ((lower, "clip_cov_lb"), (upper, "clip_cov_ub")):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-            raise ValueError(f"{name} must be a number, got {value!r}")
+    check_number(ratio, "clip_cov_ratio", 0, 1, low_inclusive=True, note="0: off")
+    check_number(lower, "clip_cov_lb", allow_inf=True)
+    check_number(upper, "clip_cov_ub", allow_inf=True)
     if not lower < upper:
         raise ValueError(f"clip_cov_lb must be < clip_cov_ub, got {lower!r} and {upper!r}")
 
@@ -90,16 +83,16 @@ def check_clip_cov_fields(config) -> None:
     """Raise naming the bad Clip-Cov field of a ``TrainConfig`` (``clip_cov_*``).
 
     The settings as ``check_clip_cov``; Clip-Cov (ratio > 0) detaches tokens of the clipped
-    PPO loss, so it needs loss_mode 'clipped' and the per-token policy_objective.
+    PPO loss, so it needs loss_mode 'clipped' and importance_sampling_level 'token'.
     """
     check_clip_cov(config.clip_cov_ratio, config.clip_cov_lb, config.clip_cov_ub)
     if config.clip_cov_ratio > 0 and (
-        config.loss_mode != "clipped" or config.policy_objective != "token"
+        config.loss_mode != "clipped" or config.importance_sampling_level != "token"
     ):
         raise ValueError(
             "clip_cov_ratio > 0 (Clip-Cov) detaches tokens of the clipped PPO loss: it "
-            "needs loss_mode 'clipped' and policy_objective 'token', got "
-            f"{config.loss_mode!r} and {config.policy_objective!r}"
+            "needs loss_mode 'clipped' and importance_sampling_level 'token', got "
+            f"{config.loss_mode!r} and {config.importance_sampling_level!r}"
         )
 
 

@@ -29,7 +29,7 @@ answer (a policy with no slot left for EOS, pos <= target length). With the slot
 ``TrainConfig`` allows (max_response_length >= prompt_length + 1 > target length) a
 cut-off response already has ``extra >= 1``, so this rule changes no reward there.
 
-Taught in notebooks 08, 11.
+Taught in notebook 08; also used in notebook 11.
 """
 
 from __future__ import annotations
@@ -39,7 +39,14 @@ from collections.abc import Callable
 
 import torch
 
-from ._validate import check_finite, check_integer, check_mode, check_ndim, check_tensor
+from ._validate import (
+    check_choice,
+    check_finite,
+    check_integer,
+    check_ndim,
+    check_number,
+    check_tensor,
+)
 from .task import PromptTask
 
 
@@ -89,8 +96,7 @@ def _check_batch(prompts: torch.Tensor, responses: torch.Tensor, eos_token: int)
             f"prompts and responses disagree on batch size: prompts {list(prompts.shape)}, "
             f"responses {list(responses.shape)}"
         )
-    if not isinstance(eos_token, int) or isinstance(eos_token, bool):
-        raise TypeError(f"eos_token must be an int, got {type(eos_token).__name__}")
+    check_number(eos_token, "eos_token", integer=True)
     if prompts.numel() and int(prompts.max()) >= eos_token:
         raise ValueError(
             f"prompt values must be below eos_token {eos_token}, got max {int(prompts.max())}"
@@ -169,7 +175,7 @@ def compute_dedup_reward(
     ``fn(prompts, responses, eos_token)``.
     """
     if isinstance(reward_fn, str):
-        check_mode(reward_fn, tuple(DEDUP_REWARD_FNS), "dedup reward function")
+        check_choice(reward_fn, DEDUP_REWARD_FNS, "dedup reward function")
         reward_fn = DEDUP_REWARD_FNS[reward_fn]
     if not callable(reward_fn):
         raise TypeError(f"reward_fn must be callable or a name, got {type(reward_fn).__name__}")

@@ -26,10 +26,10 @@ Taught in notebook 13.
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass, field
 
+from ._validate import check_number
 from .symptoms import CATALOGUE, catalogue_table
 
 __all__ = [
@@ -182,11 +182,7 @@ def format_findings(findings: list[Finding]) -> str:
 
 
 def _check_number(value, key: str, where: str, allow_none: bool) -> None:
-    if value is None and allow_none:
-        return
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value):
-        raise ValueError(f"history {where}: metric {key!r} must be a finite number, got {value!r}")
+    check_number(value, f"history {where}: metric {key!r}", allow_none=allow_none)
 
 
 def _split(history) -> tuple[list[dict], list[dict]]:
@@ -274,14 +270,11 @@ def _exact_progress(evals: list[dict]) -> dict | None:
 def _reward_max(history, reward_max: float | None) -> float | None:
     """The reward's maximum: ``reward_max`` if given, else from the history's config (a
     built-in reward of ``sort_task``), else None."""
+    check_number(reward_max, "reward_max", 0, allow_none=True)
     if reward_max is not None:
-        if not isinstance(reward_max, (int, float)) or not math.isfinite(reward_max):
-            raise ValueError(f"reward_max must be a finite number or None, got {reward_max!r}")
-        if reward_max <= 0:
-            raise ValueError(f"reward_max must be > 0, got {reward_max!r}")
         return float(reward_max)
     config = getattr(history, "config", None)
-    if config is None or getattr(config, "task", "sort") != "sort":
+    if config is None or config.task != "sort":
         return None
     from .sort_task import max_reward
 

@@ -16,7 +16,7 @@ Shapes: prompts int[batch, prompt_pos]; all responses int[N, pos]; per-response 
 float[batch, N]; flattened parameter gradients float[num_params] (the model's
 parameters in ``model.parameters()`` order, each flattened and concatenated).
 
-Taught in notebooks 01, 02, 03.
+Taught in notebook 01; also used in notebooks 02, 03.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch
 from einops import rearrange, repeat
 from torch import nn
 
-from ._validate import check_finite, check_integer, check_ndim
+from ._validate import check_finite, check_integer, check_ndim, check_positive_ints, is_number
 from .advantages import compute_deltas
 from .sampling import compute_log_probs, sample_responses
 from .sort_task import compute_reward
@@ -40,11 +40,6 @@ MAX_SCORE_ELEMENTS = 20_000_000
 
 #: Baselines understood by ``reinforce_gradient_estimate`` (besides a number or tensor).
 BASELINES: tuple[str, ...] = ("none", "value", "group_mean", "leave_one_out")
-
-
-def _check_positive_int(value, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 def _check_model(model) -> None:
@@ -63,9 +58,7 @@ def all_responses(vocab_size: int, length: int, max_responses: int = MAX_RESPONS
 
     Taught in notebook 01.
     """
-    _check_positive_int(vocab_size, "vocab_size")
-    _check_positive_int(length, "length")
-    _check_positive_int(max_responses, "max_responses")
+    check_positive_ints(vocab_size=vocab_size, length=length, max_responses=max_responses)
     num = vocab_size**length
     if num > max_responses:
         raise ValueError(
@@ -104,7 +97,7 @@ def response_log_probs(
 def response_probs(model, prompts: torch.Tensor, max_responses: int = MAX_RESPONSES):
     """pi(a | s) of every response: float[batch, N]; each row sums to 1. Differentiable.
 
-    Taught in notebooks 01, 02, 03.
+    Taught in notebook 01; also used in notebooks 02, 03.
     """
     return response_log_probs(model, prompts, max_responses).exp()
 
@@ -114,7 +107,7 @@ def enumerated_rewards(
 ) -> torch.Tensor:
     """R(s, a) for every prompt s and every response a: float32[batch, N].
 
-    Taught in notebooks 01, 02, 03.
+    Taught in notebook 01; also used in notebooks 02, 03.
     """
     check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
     responses = all_responses(vocab_size, length)
@@ -164,7 +157,7 @@ def exact_policy_gradient(model, prompts: torch.Tensor, reward_fn: str | Callabl
 
     Computed by autograd through the enumerated sum sum_a pi(a|s) R(s, a); no sampling.
 
-    Taught in notebooks 02, 03.
+    Taught in notebook 02; also used in notebook 03.
     """
     return flat_grad(exact_expected_reward(model, prompts, reward_fn).mean(), model)
 
@@ -175,7 +168,7 @@ def score_functions(model, prompts: torch.Tensor) -> torch.Tensor:
     One row per (prompt, response); columns in ``flat_grad`` order. Raises ValueError
     if the table would exceed ``MAX_SCORE_ELEMENTS`` elements.
 
-    Taught in notebooks 02, 03.
+    Taught in notebook 02; also used in notebook 03.
     """
     _check_model(model)
     check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
@@ -237,11 +230,11 @@ def reinforce_gradient_estimate(
     (Per-parameter baselines such as the variance-optimal b* need the score table,
     ``score_functions``; notebook 03 computes them.)
 
-    Taught in notebooks 02, 03.
+    Taught in notebook 02; also used in notebook 03.
     """
     _check_model(model)
     check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
-    _check_positive_int(num_samples, "num_samples")
+    check_positive_ints(num_samples=num_samples)
     responses = sample_responses(model, prompts, num_samples, generator=generator)
     rewards = compute_reward(prompts, responses, reward_fn)  # [batch, trial]
     batch = prompts.shape[0]
@@ -269,7 +262,7 @@ def reinforce_gradient_estimate(
             )
         check_finite(baseline, "baseline")
         deltas = rewards - baseline[:, None].to(rewards.dtype)
-    elif isinstance(baseline, (int, float)) and not isinstance(baseline, bool):
+    elif is_number(baseline):
         deltas = rewards - float(baseline)
         check_finite(deltas, "rewards - baseline")
     else:
@@ -323,8 +316,7 @@ def group_estimate_moments(
             f"probs, scores and rewards must share N: got {list(probs.shape)}, "
             f"{list(scores.shape)}, {list(rewards.shape)}"
         )
-    _check_positive_int(group_size, "group_size")
-    _check_positive_int(chunk_size, "chunk_size")
+    check_positive_ints(group_size=group_size, chunk_size=chunk_size)
     if isinstance(baseline, str):
         if baseline not in GROUP_BASELINES:
             raise ValueError(
@@ -333,7 +325,7 @@ def group_estimate_moments(
             )
         if baseline in ("group_mean", "leave_one_out", "group_normalized") and group_size < 2:
             raise ValueError(f"baseline {baseline!r} needs group_size >= 2, got {group_size}")
-    elif isinstance(baseline, bool) or not isinstance(baseline, (int, float)):
+    elif not is_number(baseline):
         raise TypeError(f"baseline must be a name or a number, got {type(baseline).__name__}")
     num = probs.shape[0]
     if num**group_size > max_groups:

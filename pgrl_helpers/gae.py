@@ -28,26 +28,14 @@ V(s_{t+1}) and A_{t+1} of the next *policy* token across them, exactly as verl d
 TD-error on observation tokens"). With a prefix mask (real tokens, then padding) this is
 the usual GAE. Every function keeps its input's floating dtype (float64 in, float64 out).
 
-Taught in notebooks 10, 15.
+Taught in notebook 10; also used in notebook 15.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from ._validate import check_finite, check_ndim
-
-
-def _check_unit_interval(value, name: str) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or not 0 <= value <= 1
-    ):
-        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+from ._validate import check_finite, check_ndim, check_number
 
 
 def check_binary_mask(mask: torch.Tensor, name: str = "mask") -> torch.Tensor:
@@ -101,7 +89,7 @@ def outcome_token_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Te
     float[batch, trial, pos] in the rewards' floating dtype (zero everywhere else; a
     response with no policy token gets no reward).
 
-    Taught in notebooks 10, 15.
+    Taught in notebook 10; also used in notebook 15.
     """
     check_ndim(rewards, 2, "rewards", "batch, trial")
     mask = check_binary_mask(mask)
@@ -139,7 +127,7 @@ def compute_gae(
     for mismatched shapes, non-finite entries, gamma or lam outside [0, 1], or a mask
     with entries other than 0 and 1.
 
-    Taught in notebooks 10, 15.
+    Taught in notebook 10; also used in notebook 15.
     """
     check_ndim(rewards, 3, "rewards", "batch, trial, pos")
     check_ndim(values, 3, "values", "batch, trial, pos")
@@ -151,8 +139,8 @@ def compute_gae(
                 f"{list(mask.shape)}"
             )
         check_finite(tensor, name)
-    _check_unit_interval(gamma, "gamma")
-    _check_unit_interval(lam, "lam")
+    check_number(gamma, "gamma", 0, 1, low_inclusive=True)
+    check_number(lam, "lam", 0, 1, low_inclusive=True)
     with torch.no_grad():
         values = _floating(values).detach()
         dtype = values.dtype

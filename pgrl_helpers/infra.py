@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from ._validate import check_number, check_positive_ints
 from .history import PHASES
 
 
@@ -94,9 +95,8 @@ def overlap_model(sample_s: float, train_s: float) -> float:
     In turn, an epoch costs s + t; with a producer running one batch ahead it costs
     max(s, t) (perfect overlap, no contention): speed-up (s + t) / max(s, t) <= 2.
     """
-    for name, value in (("sample_s", sample_s), ("train_s", train_s)):
-        if not isinstance(value, (int, float)) or not value >= 0:
-            raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+    check_number(sample_s, "sample_s", 0, low_inclusive=True)
+    check_number(train_s, "train_s", 0, low_inclusive=True)
     if max(sample_s, train_s) == 0:
         raise ValueError("sample_s and train_s are both 0: the speed-up is undefined")
     return (sample_s + train_s) / max(sample_s, train_s)
@@ -124,9 +124,7 @@ def measure_overlap(config, epochs: int = 10, repeats: int = 3) -> dict[str, flo
 
 
 def _measure_overlap(config, epochs: int, repeats: int) -> dict[str, float]:
-    for name, value in (("epochs", epochs), ("repeats", repeats)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    check_positive_ints(epochs=epochs, repeats=repeats)
     policy = config.build_policy()
     task = config.build_task()
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
@@ -198,16 +196,6 @@ def kv_cache_bytes(
     heads = key/value heads (fewer than query heads with grouped-query attention), 2 =
     one key and one value vector per token, layer and head. bf16: 2 bytes per value.
     """
-    for name, value in (
-        ("batch", batch),
-        ("length", length),
-        ("layers", layers),
-        ("heads", heads),
-        ("head_dim", head_dim),
-    ):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    b = bytes_per_value
-    if isinstance(b, bool) or not isinstance(b, (int, float)) or not b > 0:
-        raise ValueError(f"bytes_per_value must be a number > 0, got {b!r}")
+    check_positive_ints(batch=batch, length=length, layers=layers, heads=heads, head_dim=head_dim)
+    check_number(bytes_per_value, "bytes_per_value", 0)
     return batch * length * layers * heads * head_dim * 2 * bytes_per_value

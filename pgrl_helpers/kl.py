@@ -22,7 +22,7 @@ grad KL(pi || pi_ref), k3's is grad KL(pi_ref || pi). ``kl_k3_bias_corrected`` (
 differentiable ratio pi / pi_old: DeepSeek-V3.2, TRL ``use_bias_correction_kl``) restores
 grad KL(pi || pi_ref).
 
-Taught in notebooks 00, 05, 06, 09.
+Taught in notebook 05; also used in notebooks 00, 06, 09.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from ._validate import (
     MAX_LOG_RATIO,
     check_choice,
     check_finite,
-    check_mode,
     check_ndim,
     check_number,
+    check_positive_ints,
     check_same_shape,
 )
 from .masking import masked_normalize
@@ -85,7 +85,7 @@ def kl_k3_unclamped(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> tor
     Mathematically >= 0 (log t <= t - 1); in floating point it can dip below 0 by
     round-off only. Use it to check that claim; ``kl_k3`` clamps the round-off away.
 
-    Taught in notebooks 05, 06.
+    Taught in notebook 05; also used in notebook 06.
     """
     log_r = _log_r(log_probs, ref_log_probs)
     # expm1 keeps precision when log_r is tiny (exp(u) - 1 - u in float32 loses it)
@@ -98,7 +98,7 @@ def kl_k3(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
     ``kl_k3_unclamped`` followed by clamp_min(0), which removes float round-off only (the
     unclamped value is never below about -1e-7 in float32; see the tests).
 
-    Taught in notebooks 05, 06.
+    Taught in notebook 05; also used in notebook 06.
     """
     return kl_k3_unclamped(log_probs, ref_log_probs).clamp_min(0)
 
@@ -130,7 +130,7 @@ def kl_estimate(
     log_probs: torch.Tensor, ref_log_probs: torch.Tensor, estimator: str = "k3"
 ) -> torch.Tensor:
     """Per-sample estimator by name ('k1', 'k2' or 'k3'); same shape as the inputs."""
-    check_mode(estimator, KL_ESTIMATORS, "KL estimator")
+    check_choice(estimator, KL_ESTIMATORS, "KL estimator")
     return {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}[estimator](log_probs, ref_log_probs)
 
 
@@ -142,7 +142,7 @@ def compute_kl_penalty(
     log_probs, ref_log_probs float[batch, trial, pos] (samples from the policy) ->
     sum over pos (one response's KL), then mean over batch and trial.
 
-    Taught in notebooks 05, 06, 09.
+    Taught in notebook 05; also used in notebooks 06, 09.
     """
     check_ndim(log_probs, 3, "log_probs", "batch, trial, pos")
     return kl_estimate(log_probs, ref_log_probs, estimator).sum(dim=-1).mean()
@@ -253,13 +253,9 @@ class AdaptiveKLController:
     """
 
     def __init__(self, init_kl_coef: float, target: float, horizon: int):
-        for value, name in ((init_kl_coef, "init_kl_coef"), (target, "kl_target")):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value:
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
-            if not value < float("inf"):
-                raise ValueError(f"{name} must be finite, got {value!r}")
-        if not isinstance(horizon, int) or isinstance(horizon, bool) or horizon < 1:
-            raise ValueError(f"kl_horizon must be a positive int, got {horizon!r}")
+        check_number(init_kl_coef, "init_kl_coef", 0)
+        check_number(target, "kl_target", 0)
+        check_positive_ints(kl_horizon=horizon)
         self.value = float(init_kl_coef)
         self.target = float(target)
         self.horizon = horizon
@@ -270,11 +266,9 @@ class AdaptiveKLController:
 
     def update(self, current_kl: float, n_steps: int) -> float:
         """One controller step from the measured KL; returns the new beta."""
-        if not isinstance(n_steps, int) or isinstance(n_steps, bool) or n_steps < 1:
-            raise ValueError(f"n_steps must be a positive int, got {n_steps!r}")
+        check_positive_ints(n_steps=n_steps)
         current_kl = float(current_kl)
-        if current_kl != current_kl or abs(current_kl) == float("inf"):
-            raise ValueError(f"current_kl must be finite, got {current_kl!r}")
+        check_number(current_kl, "current_kl")
         error = min(max(current_kl / self.target - 1.0, -0.2), 0.2)
         self.value *= 1.0 + error * n_steps / self.horizon
         return self.value
@@ -306,7 +300,6 @@ def check_kl_fields(config) -> None:
 def build_kl_controller(config):
     """The run's beta: ``AdaptiveKLController`` when ``config.kl_target`` is set (starting at
     ``kl_coef``, horizon ``kl_horizon``), else ``FixedKLController(config.kl_loss_coef)``."""
-    target = getattr(config, "kl_target", None)
-    if target is None:
+    if config.kl_target is None:
         return FixedKLController(config.kl_loss_coef)
-    return AdaptiveKLController(config.kl_coef, target, config.kl_horizon)
+    return AdaptiveKLController(config.kl_coef, config.kl_target, config.kl_horizon)

@@ -37,16 +37,14 @@ accumulation, the counts (``num_sequences``, ``num_tokens``) must be those of th
 optimizer batch. Normalising each micro-batch by its own count and summing gives a
 different (and batch-split-dependent) loss; see ``aggregate_loss``.
 
-Taught in notebooks 08, 11, 15.
+Taught in notebook 08; also used in notebooks 11, 15.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from ._validate import check_mode, check_ndim, check_tensor
+from ._validate import check_choice, check_ndim, check_number, check_tensor
 
 LOSS_AGGREGATIONS: tuple[str, ...] = ("sequence_mean", "token_mean", "constant_normalizer")
 
@@ -118,15 +116,7 @@ def masked_normalize(
     """
     bool_mask = _check_mask(tensor, mask)
     dim = _check_dim(dim, tensor.ndim)
-    if (
-        isinstance(normalize_constant, bool)
-        or not isinstance(normalize_constant, (int, float))
-        or not math.isfinite(normalize_constant)
-        or normalize_constant <= 0
-    ):
-        raise ValueError(
-            f"normalize_constant must be a positive finite number, got {normalize_constant!r}"
-        )
+    check_number(normalize_constant, "normalize_constant", 0)
     if not bool_mask.any():
         raise ValueError("masked_normalize: the mask selects no entries (all zeros)")
     return _masked_sum(tensor, bool_mask, dim) / normalize_constant
@@ -156,9 +146,9 @@ def aggregate_loss(
     counts must be positive ints (OpenRLHF also accepts fractional token counts for
     gradient accumulation).
 
-    Taught in notebooks 08, 11, 15.
+    Taught in notebook 08; also used in notebooks 11, 15.
     """
-    check_mode(aggregation, LOSS_AGGREGATIONS, "loss aggregation")
+    check_choice(aggregation, LOSS_AGGREGATIONS, "loss aggregation")
     check_ndim(per_token_loss, 3, "per_token_loss", "batch, trial, pos")
     batch, trial, pos = per_token_loss.shape
     if per_token_loss.numel() == 0:
@@ -175,10 +165,7 @@ def aggregate_loss(
             "drop the empty batch (or micro-batch) before aggregating"
         )
     for value, name in ((num_sequences, "num_sequences"), (num_tokens, "num_tokens")):
-        if value is not None and (
-            not isinstance(value, int) or isinstance(value, bool) or value < 1
-        ):
-            raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+        check_number(value, name, 1, low_inclusive=True, integer=True, allow_none=True)
     if aggregation == "token_mean" and num_tokens is None and bool(bool_mask.all()):
         return per_token_loss.mean()  # every slot is real: exactly the plain mean
     sequences = batch * trial if num_sequences is None else num_sequences
@@ -233,9 +220,8 @@ def high_entropy_mask(
     loss of the others is multiplied by 0, while the aggregation's denominator still counts
     every real token (TRL's ``per_token_loss * entropy_mask``).
     """
+    check_number(top_entropy_quantile, "top_entropy_quantile", 0, 1)
     q = top_entropy_quantile
-    if isinstance(q, bool) or not isinstance(q, (int, float)) or not 0 < q <= 1:
-        raise ValueError(f"top_entropy_quantile must be a number in (0, 1], got {q!r}")
     bool_mask = _check_mask(entropy, mask)
     if not bool_mask.any():
         raise ValueError("mask selects no token (it is all zeros): no entropy to rank")

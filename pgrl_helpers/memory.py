@@ -22,7 +22,7 @@ A trained copy is then 16 bytes per parameter and a frozen one 2: GRPO = 16 + 2 
 18 + 16 = 34 bytes per parameter. ``measure_copies`` checks these constants against the bytes
 that real torch modules and a real Adam step allocate.
 
-Taught in notebooks 07, 10, 12.
+Taught in notebook 07; also used in notebooks 10, 12.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ import copy
 from dataclasses import dataclass
 
 import torch
+
+from ._validate import check_number
 
 #: Per-parameter model copies of each algorithm, as (name, trained, assumption).
 MODEL_COPIES: dict[str, tuple[tuple[str, bool, str], ...]] = {
@@ -63,9 +65,7 @@ class Precision:
 
     def __post_init__(self):
         for name in ("weight_bytes", "grad_bytes", "optimizer_bytes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+            check_number(getattr(self, name), name, 0, low_inclusive=True)
 
 
 #: Everything in fp32 with plain Adam: 4 (weights) + 4 (grads) + 8 (m, v).
@@ -75,12 +75,7 @@ MIXED_ADAM = Precision()
 
 
 def _check_count(value, name: str, allow_none: bool = False) -> None:
-    if allow_none and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
+    check_number(value, name, 0, allow_none=allow_none)
 
 
 def _row(name: str, trained: bool, num_params: float, precision: Precision, why: str) -> dict:
@@ -114,7 +109,7 @@ def memory_breakdown(
     ``value_params``: size of PPO's value model (default: the policy's). ``reward_model_params``:
     adds a frozen learned reward model (RLHF); leave None for a verifiable reward.
 
-    Taught in notebooks 07, 10, 12.
+    Taught in notebook 07; also used in notebooks 10, 12.
     """
     _check_count(num_params, "num_params")
     _check_count(value_params, "value_params", allow_none=True)

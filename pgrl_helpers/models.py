@@ -9,7 +9,7 @@ general (see notebook 07).
 Both policies implement ``policy.Policy`` (through ``PositionalPolicy``): ``sample``,
 ``log_probs``, ``token_entropy``, ``mean_entropy``, ``greedy``.
 
-Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 11.
+Taught in notebook 01; also used in notebooks 00, 02, 03, 04, 05, 06, 11.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class LectureModel(PositionalPolicy, nn.Module):
     dim * prompt_length: its std is about sqrt(dim * prompt_length) and the untrained policy
     is nearly deterministic (notebook 01 measures both).
 
-    Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 11.
+    Taught in notebook 01; also used in notebooks 00, 02, 03, 04, 05, 06, 11.
     """
 
     def __init__(

@@ -46,7 +46,7 @@ from collections import deque
 
 import torch
 
-from ._validate import check_number
+from ._validate import check_choice, check_number
 
 CORRECTIONS: tuple[str, ...] = ("none", "recompute", "tis", "mis")
 CORRECTION_LEVELS: tuple[str, ...] = ("token", "sequence")
@@ -72,8 +72,7 @@ def importance_weights(
     exp(sum over real tokens of that log-ratio), the same for every token of a response.
     Padding slots (mask 0) get weight 1. Log-weights are clamped to +-MAX_LOG_WEIGHT.
     """
-    if level not in CORRECTION_LEVELS:
-        raise ValueError(f"unknown correction_level {level!r}; valid: {CORRECTION_LEVELS}")
+    check_choice(level, CORRECTION_LEVELS, "correction_level")
     if log_p_train.shape != log_p_sampler.shape or log_p_train.shape != mask.shape:
         raise ValueError(
             f"log_p_train {list(log_p_train.shape)}, log_p_sampler "
@@ -96,17 +95,18 @@ def corrected_weights(
     two-sided); 'none' / 'recompute': ones (no weight). cap may be math.inf; cap_low must be
     in [0, cap) or None.
     """
-    if correction not in CORRECTIONS:
-        raise ValueError(f"unknown off_policy_correction {correction!r}; valid: {CORRECTIONS}")
-    if not isinstance(cap, (int, float)) or isinstance(cap, bool) or not cap > 0:
-        raise ValueError(f"correction_cap must be a number > 0 (inf allowed), got {cap!r}")
-    if cap_low is not None and (
-        not isinstance(cap_low, (int, float)) or isinstance(cap_low, bool) or not 0 <= cap_low < cap
-    ):
-        raise ValueError(
-            f"correction_cap_low must be None or a number in [0, correction_cap={cap!r}), "
-            f"got {cap_low!r}"
-        )
+    check_choice(correction, CORRECTIONS, "off_policy_correction")
+    check_number(cap, "correction_cap", 0, allow_inf=True)
+    check_number(
+        cap_low,
+        "correction_cap_low",
+        0,
+        cap,
+        low_inclusive=True,
+        high_inclusive=False,
+        allow_none=True,
+        note="below correction_cap",
+    )
     if correction == "tis":
         return weights.clamp(min=cap_low, max=cap)
     if correction == "mis":
@@ -154,19 +154,10 @@ def check_off_policy_fields(config) -> None:
     k, t = config.staleness, config.sampler_temperature
     check_number(k, "staleness", 0, low_inclusive=True, integer=True, note="epochs of lag")
     check_number(t, "sampler_temperature", 0)
-    if config.sampler_dtype not in SAMPLER_DTYPES:
-        raise ValueError(
-            f"unknown sampler_dtype {config.sampler_dtype!r}; valid: {tuple(SAMPLER_DTYPES)}"
-        )
-    if config.off_policy_correction not in CORRECTIONS:
-        raise ValueError(
-            f"unknown off_policy_correction {config.off_policy_correction!r}; valid: {CORRECTIONS}"
-        )
-    if config.correction_level not in CORRECTION_LEVELS:
-        raise ValueError(
-            f"unknown correction_level {config.correction_level!r}; valid: {CORRECTION_LEVELS}"
-        )
-    low = getattr(config, "correction_cap_low", None)
+    check_choice(config.sampler_dtype, SAMPLER_DTYPES, "sampler_dtype")
+    check_choice(config.off_policy_correction, CORRECTIONS, "off_policy_correction")
+    check_choice(config.correction_level, CORRECTION_LEVELS, "correction_level")
+    low = config.correction_cap_low
     corrected_weights(torch.ones(1), "tis", config.correction_cap, low)  # checks the caps
     if low is not None and config.off_policy_correction not in ("tis", "mis"):
         raise ValueError(
@@ -238,7 +229,7 @@ class StaleSource:
         proximal = self.policy.log_probs(rollout.prompts, rollout.responses)
         raw = importance_weights(proximal, behaviour, rollout.mask, config.correction_level)
         units = weight_units(raw, rollout.mask, config.correction_level)
-        low = getattr(config, "correction_cap_low", None)
+        low = config.correction_cap_low
         rollout.metrics.update(
             ess_fraction=effective_sample_size(units) / units.numel(),
             is_weight_max=units.max().item(),

@@ -9,26 +9,23 @@ over problems. It is the probability that a k-subset drawn without replacement f
 samples contains at least one correct sample. The plug-in 1 - (1 - c/n)^k (sampling *with*
 replacement) is biased low for k > 1; the two agree only at k = 1.
 
-Taught in notebooks 14, 16.
+Taught in notebook 14; also used in notebook 16.
 """
 
 from __future__ import annotations
 
-
-def _check_count(name: str, value, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+from ._validate import check_number, check_positive_ints
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k for one problem from n samples of which c are correct (Chen et al. 2021,
     eq. 1), computed as the numerically stable product 1 - prod_{i=n-c+1}^{n} (1 - k / i).
 
-    Taught in notebooks 14, 16.
+    Taught in notebook 14; also used in notebook 16.
     """
-    _check_count("n", n, 1)
-    _check_count("c", c, 0)
-    _check_count("k", k, 1)
+    check_positive_ints(n=n)
+    check_number(c, "c", 0, low_inclusive=True, integer=True)
+    check_positive_ints(k=k)
     if c > n:
         raise ValueError(f"c (correct samples) must be at most n = {n}, got {c}")
     if k > n:

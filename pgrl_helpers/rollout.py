@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ._validate import check_number
+from ._validate import check_number, check_positive_ints
 
 
 @dataclass
@@ -99,8 +99,7 @@ class Resampler:
         self.draws = 0
 
     def __call__(self, n: int) -> Rollout:
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"n (prompts to draw) must be a positive int, got {n!r}")
+        check_number(n, "n (prompts to draw)", 1, low_inclusive=True, integer=True)
         keys = self.history.heldout_keys
         prompts = self.task.training_prompts(n, self.prompt_generator, keys)
         self.history.record_training_prompts(prompts, self.task.prompt_key(prompts))
@@ -113,6 +112,28 @@ class Resampler:
         except ValueError as err:
             raise ValueError(f"rewards of a resampled batch (dynamic sampling): {err}") from err
         return Rollout(prompts, responses, mask, rewards)
+
+
+# --------------------------------------------------------------------------------------
+# Rollout sources ("stale": ``offpolicy.StaleSource``)
+# --------------------------------------------------------------------------------------
+
+
+class OnPolicySource:
+    """Rollout source ``"on_policy"``: the trained policy samples; its frozen log-probs at
+    sampling time are the old ones."""
+
+    def __init__(self, policy, config):
+        self.policy = policy
+
+    def sample(self, prompts, num_samples, generator):
+        return self.policy.sample(prompts, num_samples, generator)
+
+    def old_log_probs(self, rollout: Rollout) -> torch.Tensor:
+        return self.policy.log_probs(rollout.prompts, rollout.responses)
+
+    def after_optimizer_step(self) -> None:
+        pass
 
 
 # --------------------------------------------------------------------------------------
@@ -226,12 +247,11 @@ def overlong_penalty(
 
     Taught in notebook 11.
     """
-    if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1:
-        raise ValueError(f"max_length must be a positive int, got {max_length!r}")
-    if not isinstance(buffer, int) or isinstance(buffer, bool) or not 1 <= buffer <= max_length:
-        raise ValueError(f"buffer must be an int in 1 .. max_length={max_length}, got {buffer!r}")
-    if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not factor >= 0:
-        raise ValueError(f"factor must be a number >= 0, got {factor!r}")
+    check_positive_ints(max_length=max_length)
+    check_number(
+        buffer, "buffer", 1, max_length, low_inclusive=True, integer=True, note="at most max_length"
+    )
+    check_number(factor, "factor", 0, low_inclusive=True)
     lengths = lengths.to(torch.float32)
     start = max_length - buffer
     inside = (start - lengths) / buffer

@@ -6,7 +6,7 @@ shape (a Hugging Face causal LM's output). Wherever a ``model`` is expected you 
 pass the logits tensor itself (``compute_log_probs(logits, prompts, responses)``), e.g.
 logits you already computed with a real language model.
 
-Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 07, 13.
+Taught in notebook 01; also used in notebooks 00, 02, 03, 04, 05, 06, 07, 13.
 """
 
 from __future__ import annotations
@@ -15,7 +15,13 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from ._validate import check_integer, check_ndim, check_tensor, check_token_range
+from ._validate import (
+    check_integer,
+    check_ndim,
+    check_positive_ints,
+    check_tensor,
+    check_token_range,
+)
 
 
 def _logits(model, prompts: torch.Tensor) -> torch.Tensor:
@@ -39,12 +45,11 @@ def sample_responses(
     Each position is sampled independently from softmax(logits); pass a seeded
     ``torch.Generator`` (or seed the global RNG) for reproducible samples.
 
-    Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 13.
+    Taught in notebook 01; also used in notebooks 00, 02, 03, 04, 05, 06, 13.
     """
     check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
     check_integer(prompts, "prompts")
-    if not isinstance(num_samples, int) or num_samples < 1:
-        raise ValueError(f"num_samples must be a positive int, got {num_samples!r}")
+    check_positive_ints(num_samples=num_samples)
     with torch.no_grad():
         logits = _logits(model, prompts)  # [batch, pos, vocab]
         probs = F.softmax(logits.float(), dim=-1)
@@ -59,7 +64,7 @@ def sample_responses(
 def greedy_responses(model, prompts: torch.Tensor) -> torch.Tensor:
     """The most likely token at every position: int[batch, prompt_pos] -> int64[batch, 1, pos].
 
-    Taught in notebooks 07, 13.
+    Taught in notebook 07; also used in notebook 13.
     """
     check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
     with torch.no_grad():
@@ -72,7 +77,7 @@ def compute_log_probs(model, prompts: torch.Tensor, responses: torch.Tensor) -> 
     prompts int[batch, prompt_pos], responses int[batch, trial, pos] -> float[batch, trial, pos].
     Differentiable: wrap in ``torch.no_grad()`` to freeze old/reference log-probs.
 
-    Taught in notebooks 01, 02, 04, 05, 06.
+    Taught in notebook 01; also used in notebooks 02, 04, 05, 06.
     """
     check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
     check_ndim(responses, 3, "responses", "batch, trial, pos")

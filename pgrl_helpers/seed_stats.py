@@ -17,7 +17,7 @@ per-seed results, one for each design:
 ``tests/repo/test_paired_comparisons.py`` fails when a call site does not say which design it
 uses.
 
-Taught in notebooks 05, 07, 08, 09, 10, 11, 12, 13, 14, 15.
+Taught in notebook 05; also used in notebooks 07, 08, 09, 10, 11, 12, 13, 14, 15.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ import itertools
 import math
 import statistics
 from collections.abc import Mapping
+
+from ._validate import check_bool, check_number
 
 MAX_SPLITS = 3_000_000
 """Largest number of splits ``permutation_p_value`` enumerates (10 vs 10 seeds: 184,756; 12 vs 12:
@@ -98,7 +100,7 @@ def pair_by_seed(
 
     Raises ValueError when the arms share no seed.
 
-    Taught in notebooks 07, 08, 11.
+    Taught in notebook 07; also used in notebooks 08, 11.
     """
     seeds = sorted(set(a) & set(b))
     if not seeds:
@@ -156,13 +158,11 @@ def compare_seeds(
     ``tests/repo/test_paired_comparisons.py`` checks that notebooks and benchmarks do); the
     default False is kept only so that old call sites still run.
 
-    Taught in notebooks 05, 07, 08, 11, 12, 13, 14, 15.
+    Taught in notebook 05; also used in notebooks 07, 08, 11, 12, 13, 14, 15.
     """
     _check_values(a, b)
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
-    if not isinstance(paired, bool):
-        raise ValueError(f"paired must be True or False, got {paired!r}")
+    check_number(alpha, "alpha", 0, 1, high_inclusive=False)
+    check_bool(paired, "paired")
     worst = min if higher_is_better else max
     p = paired_permutation_p_value(a, b) if paired else permutation_p_value(a, b)
     med_a, med_b = statistics.median(a), statistics.median(b)
@@ -190,7 +190,7 @@ def format_comparison(result: dict, digits: int = 3) -> str:
     """One line: 'A: median .., worst .. (n seeds) | B: ... | exact permutation p = .. -> verdict'
     ('exact paired sign-flip p' for a paired comparison).
 
-    Taught in notebooks 05, 07, 08, 11, 12, 13, 15.
+    Taught in notebook 05; also used in notebooks 07, 08, 11, 12, 13, 15.
     """
     r, d = result, digits
     return (

@@ -13,7 +13,7 @@ Each reward comes in two forms:
 
 ``compute_reward`` accepts either (or a name from ``REWARD_FNS``).
 
-Taught in notebooks 00, 01, 02, 03, 04, 05, 06, 07, 08, 09, 13.
+Taught in notebook 01; also used in notebooks 00, 02, 03, 04, 05, 06, 07, 08, 09, 13.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ LECTURE_PROMPTS: list[list[int]] = [[1, 0, 2], [3, 2, 4], [1, 2, 3]]
 def lecture_prompts() -> torch.Tensor:
     """The lecture's three training prompts as int64[3, 3].
 
-    Taught in notebooks 00, 04, 05, 06, 07.
+    Taught in notebook 04; also used in notebooks 00, 05, 06, 07.
     """
     return torch.tensor(LECTURE_PROMPTS, dtype=torch.long)
 
@@ -46,7 +46,7 @@ def make_prompts(
     ``generator`` may be a ``torch.Generator`` or an int seed; the same seed gives
     the same prompts. Values may repeat inside a prompt (sorting still has one answer).
 
-    Taught in notebooks 01, 08, 09.
+    Taught in notebook 01; also used in notebooks 08, 09.
     """
     check_positive_ints(batch=batch, length=length, vocab_size=vocab_size)
     if isinstance(generator, int):
@@ -57,7 +57,7 @@ def make_prompts(
 def sorted_responses(prompts: torch.Tensor) -> torch.Tensor:
     """Ground truth: each prompt sorted ascending. int[batch, prompt_pos] -> int[batch, pos].
 
-    Taught in notebooks 01, 07.
+    Taught in notebook 01; also used in notebook 07.
     """
     check_ndim(prompts, 2, "prompts", "batch, prompt_pos")
     check_integer(prompts, "prompts")
@@ -106,7 +106,7 @@ def sort_inclusion_ordering_reward(prompt: Sequence[int], response: Sequence[int
 
     It has a loophole: any ascending run earns all ordering points, whatever it holds.
 
-    Taught in notebooks 01, 06.
+    Taught in notebook 01; also used in notebook 06.
     """
     prompt, response = _as_list(prompt, "prompt"), _as_list(response, "response")
     _check_lengths(prompt, response)
@@ -180,7 +180,7 @@ REWARD_FNS: dict[str, Callable] = {
 def max_reward(reward_fn: str | Callable, length: int) -> float:
     """Best score a response of ``length`` tokens can get under a built-in reward.
 
-    Taught in notebooks 01, 06.
+    Taught in notebook 01; also used in notebook 06.
     """
     name = reward_fn if isinstance(reward_fn, str) else getattr(reward_fn, "__name__", "")
     name = name.removesuffix("_batch")
@@ -203,7 +203,7 @@ def compute_reward(
     * a per-example function ``fn(prompt: list[int], response: list[int]) -> float``,
       called in a Python loop (slow: this is the lecture's way, kept for comparison).
 
-    Taught in notebooks 00, 01, 03, 04, 05, 06, 09, 13.
+    Taught in notebook 01; also used in notebooks 00, 03, 04, 05, 06, 09, 13.
     """
     _check_batch(check_tensor(prompts, "prompts"), check_tensor(responses, "responses"))
     if isinstance(reward_fn, str):
@@ -240,7 +240,7 @@ def compute_reward(
 def exact_sort(prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
     """bool[batch, trial]: the response is exactly ``sorted(prompt)``.
 
-    Taught in notebooks 01, 02, 06, 13.
+    Taught in notebook 01; also used in notebooks 02, 06, 13.
     """
     _check_batch(prompts, responses)
     return (responses == sorted_responses(prompts)[:, None, :]).all(dim=-1)

@@ -135,8 +135,7 @@ class PromptTask:
         not depend on the later ones. Training must avoid every key returned
         (``training_prompts`` redraws any prompt that has one).
         """
-        if any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in sizes):
-            raise ValueError(f"held-out set sizes must be positive ints, got {sizes}")
+        check_positive_ints(**{f"held-out set size {i}": n for i, n in enumerate(sizes)})
         excluded = set()
         if self.fixed_prompts is not None:
             excluded = set(self.prompt_key(self.fixed_prompts).tolist())

@@ -255,8 +255,7 @@ class ToolUsePolicy(AutoregressiveSortPolicy):
         super().__init__(
             vocab_size, PROMPT_LENGTH, RESPONSE_LENGTH, d_model, num_layers, num_heads, seed
         )
-        if not isinstance(mask_tool_tokens, bool):
-            raise TypeError(f"mask_tool_tokens must be True or False, got {mask_tool_tokens!r}")
+        check_bool(mask_tool_tokens, "mask_tool_tokens")
         self.mask_tool_tokens = mask_tool_tokens
 
     def sample(self, prompts, num_samples, generator=None):

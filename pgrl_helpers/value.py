@@ -21,8 +21,6 @@ Taught in notebook 10.
 
 from __future__ import annotations
 
-import math
-
 import torch
 from einops import rearrange, repeat
 from torch import nn
@@ -113,13 +111,7 @@ def value_loss(
                 f"{list(mask.shape)}"
             )
         check_finite(tensor.detach(), name)
-    if value_clip is not None and (
-        isinstance(value_clip, bool)
-        or not isinstance(value_clip, (int, float))
-        or not math.isfinite(value_clip)
-        or value_clip <= 0
-    ):
-        raise ValueError(f"value_clip must be a positive finite number or None, got {value_clip!r}")
+    check_number(value_clip, "value_clip", 0, allow_none=True)
     squared = (values - returns) ** 2
     if value_clip is not None:
         clipped = old_values + (values - old_values).clamp(-value_clip, value_clip)

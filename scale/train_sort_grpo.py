@@ -144,8 +144,8 @@ def main(argv=None) -> dict:
     from accelerate import PartialState
     from trl import GRPOConfig, GRPOTrainer
 
-    from pgrl_helpers.hf import trl_bridge, trl_config
     from pgrl_helpers.config import TrainConfig
+    from pgrl_helpers.hf import trl_bridge, trl_config
     from pgrl_helpers.sort_task import make_prompts
 
     transformers.logging.set_verbosity_error()

@@ -216,7 +216,7 @@ def test_compute_dedup_reward_checks_its_inputs():
     p = prompts(2)
     responses = dedup_reference_responses(p, EOS, R)
     assert compute_dedup_reward(p, responses, "dedup_exact_reward", EOS).tolist() == [[1.0], [1.0]]
-    with pytest.raises(ValueError, match="valid modes are"):
+    with pytest.raises(ValueError, match="^unknown dedup reward function 'sort_distance_reward'"):
         compute_dedup_reward(p, responses, "sort_distance_reward", EOS)
     with pytest.raises(ValueError, match="below eos_token"):
         compute_dedup_reward(p, responses, "dedup_exact_reward", 3)
@@ -264,7 +264,7 @@ def test_training_loop_runs_the_autoregressive_policy_and_learns():
     assert gain > 0.3, f"held-out mean reward rose by only {gain:.3f}"
     lengths = [r["response_length"] for r in history.steps()]
     assert all(1 <= x <= P + 2 for x in lengths)  # default max_response_length = P + 2
-    assert history.model.max_response_length == P + 2
+    assert history.run.model.max_response_length == P + 2
 
 
 @pytest.mark.parametrize("aggregation", LOSS_AGGREGATIONS)

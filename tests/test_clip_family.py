@@ -167,3 +167,4 @@ def test_a_bad_clip_edge_is_named(what, bad):
     with pytest.raises(ValueError, match=rf"^{what} .*positive.*{re.escape(repr(bad))}"):
         cf.clip_settings("CISPO", **{what: bad})
     cf.clip_settings("CISPO", **{what: 1e-9})  # just above 0 is fine
+    assert math.inf in cf.clip_settings("CISPO", **{what: math.inf})  # no clip on that side

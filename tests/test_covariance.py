@@ -15,7 +15,7 @@ from pgrl_helpers.losses import compute_per_token_loss
 from pgrl_helpers.masking import aggregate_loss
 
 #: Other test files whose tests also pin pgrl_helpers/covariance.py (tests/mutation.py).
-MUTATION_ALSO = ("test_registry.py", "test_config.py")
+MUTATION_ALSO = ("test_objective.py", "test_config.py")
 
 
 def random_batch(seed, shape=(3, 4, 5)):
@@ -112,8 +112,8 @@ def test_bad_inputs_raise_naming_the_argument():
         TrainConfig(loss_mode="kl_cov", kl_cov_ratio=0).validate()
     with pytest.raises(ValueError, match="kl_cov_coef"):
         TrainConfig(loss_mode="kl_cov", kl_cov_coef=-1).validate()
-    with pytest.raises(ValueError, match="policy_objective 'token'"):
-        TrainConfig(loss_mode="kl_cov", policy_objective="sequence").validate()
+    with pytest.raises(ValueError, match="importance_sampling_level 'token'"):
+        TrainConfig(loss_mode="kl_cov", importance_sampling_level="sequence").validate()
 
 
 # --- Clip-Cov's candidate band ---
@@ -270,7 +270,9 @@ def test_check_clip_cov_messages():
     from pgrl_helpers.covariance import check_clip_cov
 
     for bad in ("0.1", True, -0.1, 1.5, math.nan):
-        with pytest.raises(ValueError, match=r"^clip_cov_ratio must be a number in \[0, 1\]"):
+        with pytest.raises(
+            ValueError, match=r"^clip_cov_ratio must be a number in \[0, 1\] \(0: off\)"
+        ):
             check_clip_cov(bad, 1.0, 5.0)
     with pytest.raises(ValueError, match="^clip_cov_lb .*number.*True"):
         check_clip_cov(0.1, True, 5.0)
@@ -289,18 +291,17 @@ def test_check_clip_cov_fields_needs_the_clipped_token_loss():
 
     def config(**fields):
         base = dict(clip_cov_ratio=0.1, clip_cov_lb=1.0, clip_cov_ub=5.0, loss_mode="clipped",
-                    policy_objective="token")  # fmt: skip
+                    importance_sampling_level="token")  # fmt: skip
         return SimpleNamespace(**{**base, **fields})
 
     check_clip_cov_fields(config())  # Clip-Cov on the clipped per-token loss
-    check_clip_cov_fields(config(clip_cov_ratio=0.0, loss_mode="naive", policy_objective="x"))
+    off = config(clip_cov_ratio=0.0, loss_mode="naive", importance_sampling_level="x")
+    check_clip_cov_fields(off)
     for fields, got in (
         (dict(loss_mode="naive"), "'naive' and 'token'"),
-        (dict(policy_objective="sequence"), "'clipped' and 'sequence'"),
+        (dict(importance_sampling_level="sequence"), "'clipped' and 'sequence'"),
     ):
-        needs = (
-            r"^clip_cov_ratio > 0 \(Clip-Cov\).*loss_mode 'clipped' and policy_objective 'token'"
-        )
+        needs = r"^clip_cov_ratio > 0 \(Clip-Cov\).*'clipped' and importance_sampling_level 'token'"
         with pytest.raises(ValueError, match=needs + ".*" + re.escape(got)):
             check_clip_cov_fields(config(**fields))
     with pytest.raises(ValueError, match="^clip_cov_ratio must be a number in"):

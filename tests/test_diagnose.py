@@ -287,9 +287,13 @@ def test_reward_max_comes_from_the_run_config():
     hacked = run(PLANTED["reward_hacking"][0])
     assert hacked.config.reward_fn == "sort_inclusion_ordering_reward"
     assert names(diagnose(hacked)) == names(diagnose(hacked, reward_max=7))
-    with pytest.raises(ValueError, match="reward_max must be > 0"):
+    with pytest.raises(
+        ValueError, match="^reward_max must be a positive finite number or None, got 0$"
+    ):
         diagnose(hacked, reward_max=0)
-    with pytest.raises(ValueError, match="reward_max must be a finite number"):
+    with pytest.raises(
+        ValueError, match="^reward_max must be a positive finite number or None, got inf$"
+    ):
         diagnose(hacked, reward_max=math.inf)
 
 

@@ -17,8 +17,8 @@ import torch  # noqa: E402
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from pgrl_helpers.hf import hf_policy, trl_bridge  # noqa: E402
 from pgrl_helpers.config import TrainConfig  # noqa: E402
+from pgrl_helpers.hf import hf_policy, trl_bridge  # noqa: E402
 from pgrl_helpers.policy import Policy, check_policy_fits  # noqa: E402
 from pgrl_helpers.sort_task import make_prompts  # noqa: E402
 from pgrl_helpers.training import run_policy_gradient  # noqa: E402

@@ -250,14 +250,14 @@ def test_adaptive_kl_controller_follows_ziegler_et_al():
     fixed = FixedKLController(0.3)
     assert fixed.update(100.0, 5) == 0.3 and fixed.value == 0.3
     for args, match in (
-        ((0.0, 6.0, 10), "^init_kl_coef must be a positive number"),
-        ((0.1, -1.0, 10), "^kl_target must be a positive number"),
-        ((0.1, math.inf, 10), "^kl_target must be finite"),
+        ((0.0, 6.0, 10), "^init_kl_coef must be a positive finite number, got 0.0$"),
+        ((0.1, -1.0, 10), "^kl_target must be a positive finite number, got -1.0$"),
+        ((0.1, math.inf, 10), "^kl_target must be a positive finite number, got inf$"),
         ((0.1, 6.0, 0), "^kl_horizon must be a positive int"),
     ):
         with pytest.raises(ValueError, match=match):
             AdaptiveKLController(*args)
-    with pytest.raises(ValueError, match="^current_kl must be finite"):
+    with pytest.raises(ValueError, match="^current_kl must be a finite number, got nan$"):
         controller.update(math.nan, 1)
     with pytest.raises(ValueError, match="^n_steps must be a positive int"):
         controller.update(1.0, 0)
@@ -266,7 +266,7 @@ def test_adaptive_kl_controller_follows_ziegler_et_al():
 def test_build_kl_controller():
     assert isinstance(build_kl_controller(TrainConfig(kl_coef=0.2)), FixedKLController)
     assert build_kl_controller(TrainConfig(kl_coef=0.2)).value == 0.2
-    in_reward = SimpleNamespace(kl_loss_coef=0.0, kl_coef=0.2)
+    in_reward = SimpleNamespace(kl_loss_coef=0.0, kl_coef=0.2, kl_target=None)
     assert build_kl_controller(in_reward).value == 0.0
     adaptive = build_kl_controller(TrainConfig(kl_coef=0.2, kl_target=1.0, kl_horizon=50))
     assert isinstance(adaptive, AdaptiveKLController)

@@ -67,7 +67,7 @@ def test_bad_inputs_are_named():
         masked_normalize(X, M, 0.0)
     with pytest.raises(ValueError, match="out of range"):
         masked_mean(X, M, dim=2)
-    with pytest.raises(ValueError, match="valid modes are"):
+    with pytest.raises(ValueError, match="valid values are"):
         aggregate_loss(torch.zeros(1, 1, 1), None, "sum")
 
 
@@ -238,7 +238,7 @@ def test_an_empty_loss_is_refused_not_nan():
 
 
 def test_aggregate_loss_messages_name_the_argument():
-    with pytest.raises(ValueError, match="^unknown loss aggregation 'sum'; valid modes are"):
+    with pytest.raises(ValueError, match="^unknown loss aggregation 'sum'; valid values are"):
         aggregate_loss(SMALL_LOSS, None, "sum")
     with pytest.raises(
         ValueError, match=r"^per_token_loss must have shape \[batch, trial, pos\] \(3 dims\)"

@@ -96,11 +96,11 @@ def test_7b_and_70b_numbers_and_table():
     [
         ((0,), {}, ValueError),
         ((-5,), {}, ValueError),
-        (("7B",), {}, TypeError),
+        (("7B",), {}, ValueError),
         ((1000, "dpo"), {}, ValueError),
         ((1000, "grpo", "bf16"), {}, TypeError),
         ((1000,), {"reward_model_params": -1}, ValueError),
-        ((1000, "ppo"), {"value_params": "big"}, TypeError),
+        ((1000, "ppo"), {"value_params": "big"}, ValueError),
     ],
 )
 def test_bad_inputs_raise(args, kwargs, error):

@@ -138,8 +138,8 @@ def test_format_comparison_one_line():
         ([1.0], [], {}, "at least one value"),
         ([1.0, math.nan], [1.0], {}, "a must hold finite"),
         ([1.0], [math.inf], {}, "b must hold finite"),
-        ([1.0], [2.0], {"alpha": 0.0}, "alpha must be in"),
-        ([1.0], [2.0], {"alpha": 1.5}, "alpha must be in"),
+        ([1.0], [2.0], {"alpha": 0.0}, r"^alpha must be a number in \(0, 1\), got 0.0$"),
+        ([1.0], [2.0], {"alpha": 1.5}, r"^alpha must be a number in \(0, 1\), got 1.5$"),
     ],
 )
 def test_bad_input_is_a_clear_error(a, b, kwargs, match):
@@ -383,7 +383,7 @@ def test_paired_bad_input_is_a_clear_error(a, b, kwargs, match):
 
 
 def test_paired_must_be_a_bool():
-    with pytest.raises(ValueError, match="paired must be True or False"):
+    with pytest.raises(TypeError, match="^paired must be True or False, got 'yes'$"):
         compare_seeds([1.0], [2.0], paired="yes")
 
 

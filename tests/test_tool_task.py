@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import pytest
@@ -379,3 +380,17 @@ def test_sampling_follows_the_policys_softmax_per_row():
         policy, torch.tensor([[1, 2]]), 300, torch.Generator().manual_seed(0)
     )
     assert (responses[0, :, 0] == 3).float().mean() > 0.8
+
+
+def test_price_key_seed_is_the_first_63_bits_of_blake2b_of_the_set():
+    """The documented key: BLAKE2b-64 of "seed:min:max", little-endian, top 63 bits (it must fit
+    ``torch.Generator.manual_seed``); the same for {a, b} in either order."""
+    digest = hashlib.blake2b(b"3:1:4", digest_size=8).digest()
+    expected = int.from_bytes(digest, byteorder="little") // 2
+    assert price_key_seed(3, 4, 1) == price_key_seed(3, 1, 4) == expected
+    assert 2**61 <= max(price_key_seed(s, 0, 1) for s in range(8)) < 2**63
+
+
+def test_keyed_prices_of_an_empty_batch_is_an_empty_int64_table():
+    prices = keyed_prices(torch.zeros(0, 2, dtype=torch.long), 3, 4, 0)
+    assert prices.shape == (0, 4) and prices.dtype == torch.int64

@@ -19,10 +19,10 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from pgrl_helpers.hf import trl_bridge as tb  # noqa: E402
-from pgrl_helpers.hf import trl_config as tc  # noqa: E402
 from pgrl_helpers.advantages import DELTA_MODES, compute_deltas  # noqa: E402
 from pgrl_helpers.config import TrainConfig  # noqa: E402
+from pgrl_helpers.hf import trl_bridge as tb  # noqa: E402
+from pgrl_helpers.hf import trl_config as tc  # noqa: E402
 from pgrl_helpers.kl import compute_kl_penalty  # noqa: E402
 from pgrl_helpers.losses import (
     compute_loss,  # noqa: E402
@@ -131,6 +131,11 @@ def test_plain_dict_config_gives_the_same_kwargs():
     cfg = config()
     as_dict = {f: getattr(cfg, f) for f in cfg.__dataclass_fields__}
     assert tc.grpo_config_kwargs(as_dict) == tc.grpo_config_kwargs(cfg)
+    # a dict from before the rename must not silently run at token level
+    old = {**as_dict, "policy_objective": "sequence"}
+    del old["importance_sampling_level"]
+    with pytest.raises(ValueError, match="policy_objective was renamed importance_sampling_level"):
+        tc.grpo_config_kwargs(old)
 
 
 def test_mapping_table_has_a_row_per_setting():

@@ -1,14 +1,19 @@
 """Unit tests of the shared checks in ``pgrl_helpers._validate``: check_number, check_choice,
-check_bool. Every config field's check is one of these calls, so their edges are pinned here."""
+check_bool, is_number. Every config field's check is one of these calls, so their edges are
+pinned here; and the package holds no number check of its own beside them (an AST scan)."""
 
 from __future__ import annotations
 
+import ast
 import math
 import re
+from pathlib import Path
 
 import pytest
 
-from pgrl_helpers._validate import check_bool, check_choice, check_number
+from pgrl_helpers._validate import check_bool, check_choice, check_number, is_number
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pgrl_helpers"
 
 
 def _message(value, *args, **kwargs) -> str:
@@ -121,3 +126,123 @@ def test_check_bool_refuses_ints():
             TypeError, match=f"^flag must be True or False, got {re.escape(repr(bad))}$"
         ):
             check_bool(bad, "flag")
+
+
+def test_is_number_takes_ints_and_floats_but_not_bools():
+    for value in (0, -3, 2.5, math.inf, math.nan):
+        assert is_number(value)
+    for value in (True, False, "1", None, [1], 1j):
+        assert not is_number(value)
+
+
+# --- no hand-written number checks or defensive getattr outside _validate --------------
+
+#: Most hand-written number checks the package may keep outside ``_validate`` (issue 41).
+MAX_HAND_WRITTEN_NUMBER_CHECKS = 3
+_NUMBER_TYPES = {"bool", "int", "float"}
+
+
+def _names_a_number_type(node: ast.expr) -> bool:
+    """True when an isinstance type argument is or contains bool, int or float
+    (``int``, ``(int, float)``, ``int | float``)."""
+    return any(isinstance(n, ast.Name) and n.id in _NUMBER_TYPES for n in ast.walk(node))
+
+
+def _is_number_isinstance(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "isinstance"
+        and len(node.args) == 2
+        and _names_a_number_type(node.args[1])
+    )
+
+
+def hand_written_number_checks(source: str) -> list[int]:
+    """Line numbers of the guards in ``source`` that test a value with ``isinstance(x, <bool,
+    int or float>)`` and raise: an ``if`` whose body raises, or an ``assert``. A type
+    dispatch (an ``if`` that does not raise, a conditional expression) is not a check."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.If) and any(isinstance(s, ast.Raise) for s in node.body):
+            test = node.test
+        elif isinstance(node, ast.Assert):
+            test = node.test
+        else:
+            continue
+        if any(_is_number_isinstance(n) for n in ast.walk(test)):
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def defensive_config_getattrs(source: str) -> list[int]:
+    """Line numbers of ``getattr(<...config>, "<field>", <default>)`` in ``source``: a
+    default that hides a missing config field instead of reporting it."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) == 3
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
+            continue
+        owner = node.args[0]
+        name = owner.id if isinstance(owner, ast.Name) else getattr(owner, "attr", "")
+        if name.endswith("config"):
+            lines.append(node.lineno)
+    return lines
+
+
+def _package_sources():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name != "_validate.py":
+            yield path.relative_to(PACKAGE.parent).as_posix(), path.read_text(encoding="utf-8")
+
+
+PLANTED = """
+def f(x, config, g):
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or x < 0:
+        raise ValueError("x")
+    if not (isinstance(x, int | float) and x > 0):
+        raise ValueError("x")
+    assert isinstance(x, int)
+    if isinstance(g, int):  # a dispatch: no raise
+        g = None
+    y = (x,) if isinstance(x, int) else x  # a dispatch
+    if not isinstance(g, str):  # not a number type
+        raise TypeError("g")
+    a = getattr(config, "kl_target", None)
+    b = getattr(self.config, "clip_cov_ratio", 0.0)
+    c = getattr(config, "kl_target")  # no default: a missing field raises
+    d = getattr(model, "response_length", None)  # not a config
+    return y, a, b, c, d
+"""
+
+
+def test_the_scans_see_planted_checks_and_defaults():
+    assert hand_written_number_checks(PLANTED) == [3, 5, 7]
+    assert defensive_config_getattrs(PLANTED) == [13, 14]
+
+
+def test_at_most_three_hand_written_number_checks_remain_outside_validate():
+    found = [
+        f"{path}:{line}"
+        for path, source in _package_sources()
+        for line in hand_written_number_checks(source)
+    ]
+    assert len(found) <= MAX_HAND_WRITTEN_NUMBER_CHECKS, (
+        f"{len(found)} hand-written number checks (use pgrl_helpers._validate: check_number, "
+        f"check_positive_ints, is_number): {', '.join(found)}"
+    )
+
+
+def test_no_getattr_with_a_default_on_a_config():
+    found = [
+        f"{path}:{line}"
+        for path, source in _package_sources()
+        for line in defensive_config_getattrs(source)
+    ]
+    assert not found, f"getattr(config, field, default) hides a missing field: {', '.join(found)}"

@@ -156,7 +156,7 @@ def test_a_short_ppo_run_is_deterministic_and_learns():
     rewards = [r["mean_reward"] for r in first if r["kind"] == "step"]
     start, end = sum(rewards[:6]) / 6, sum(rewards[-6:]) / 6
     assert end > start + 0.3, (start, end)
-    losses = first.advantage_estimator.value_losses
+    losses = first.run.advantage_estimator.value_losses
     assert len(losses) == PPO.num_epochs and losses[-1] < 0.25 * losses[0], losses
 
 

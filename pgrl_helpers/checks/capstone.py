@@ -184,17 +184,17 @@ def broken_run(name: str):
     """The logged history of broken run ``name``: its step and eval records (and the held-out
     prompts and stop reason), made by ``run_policy_gradient`` on first use (4-7 s on a
     loaded 2-core CPU), then cached. The config, the model and the reference are withheld
-    (``config``, ``model``, ``ref_model`` are None): diagnose from the records."""
-    from ..history import History
+    (``config``, ``run.model``, ``run.ref_model`` are None): diagnose from the records."""
+    from ..history import History, Run
     from ..training import run_policy_gradient
 
     _check_run(name)
     if name not in _history_cache:
         full = run_policy_gradient(_broken_config(name))
-        shown = History(None)
+        prompts = {k: getattr(full.run, k) for k in ("validation_prompts", "test_prompts")}
+        shown = History(None, Run(**prompts, train_prompts=full.run.train_prompts))
         shown.extend(full)
-        for attr in ("validation_prompts", "test_prompts", "heldout_keys", "train_prompts"):
-            setattr(shown, attr, getattr(full, attr))
+        shown.heldout_keys = full.heldout_keys
         shown.num_train_prompts = full.num_train_prompts
         shown.train_prompts_with_heldout_key = full.train_prompts_with_heldout_key
         shown.stop_reason, shown.target_epoch = full.stop_reason, full.target_epoch

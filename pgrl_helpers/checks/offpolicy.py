@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import torch
 
+from .._validate import is_number
 from ..offpolicy import corrected_weights, effective_sample_size, importance_weights
 from ._core import (
     _as_tensor,
@@ -116,7 +117,7 @@ def check_effective_sample_size(fn: Callable, *, seed: int = 0, strict: bool = F
                         "over the weights"
                     )
                 out = out.item()
-            if isinstance(out, bool) or not isinstance(out, (int, float)):
+            if not is_number(out):
                 raise _Failed(f"expected a number, got {type(out).__name__}")
             want = effective_sample_size(weights)
             got = torch.tensor(float(out), dtype=torch.float64)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import torch
 
+from .._validate import is_number
 from ..passk import pass_at_k
 from ._core import _call, _check_unchanged, _Failed, _fmt_shape, _run
 
@@ -28,7 +29,7 @@ def _number(out, what: str) -> float:
         if out.numel() != 1:
             raise _Failed(f"{what} returned a tensor of shape {_fmt_shape(out)}; expected a number")
         out = out.item()
-    if isinstance(out, bool) or not isinstance(out, (int, float)):
+    if not is_number(out):
         raise _Failed(f"{what} returned {type(out).__name__}, expected a number")
     return float(out)
 

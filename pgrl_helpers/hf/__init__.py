@@ -6,7 +6,8 @@ against and what it scales to.
   family checked against TRL's ``GRPOTrainer`` loss types (notebook 11)
 * ``hf_policy``: that GPT-2 as a ``Policy`` for our loop (notebook 09)
 * ``checkpoint``: notebook 14's toy SFT checkpoint, its splits and KV-cache sampler
-* ``real_lm``: notebook 16's SmolLM2-135M-Instruct, its sort task in words and ``ChatLMPolicy``
+* ``real_lm``: notebook 16's SmolLM2-135M-Instruct: the model files, generation with prefix
+  sharing, ``ChatLMPolicy``; ``real_lm_task``: its sort task in words, splits and rewards
 
 Importing ``pgrl_helpers.hf`` loads nothing; each module imports transformers / trl / peft
 inside the functions that need them.

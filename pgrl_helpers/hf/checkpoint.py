@@ -28,6 +28,8 @@ from pathlib import Path
 
 import torch
 
+from .._validate import check_number, check_positive_ints
+
 PAD, EOS, START = "<pad>", "<|im_end|>", "<|im_start|>"
 ROLES = ("system", "user", "assistant")
 WORDS = ("sort",)
@@ -43,7 +45,7 @@ SFT_LENGTHS = (2, 3, 4)
 LONGER_LENGTHS = (5, 6)
 METADATA = "pgrl_checkpoint.json"
 #: Where ``python3 tasks.py checkpoint`` caches the checkpoint (git-ignored).
-DEFAULT_PATH = Path(__file__).resolve().parents[1] / ".cache" / "pgrl" / "checkpoint"
+DEFAULT_PATH = Path(__file__).resolve().parents[2] / ".cache" / "pgrl" / "checkpoint"
 
 
 @dataclass(frozen=True)
@@ -61,10 +63,8 @@ class CheckpointConfig:
     seed: int = 0
 
     def validate(self) -> None:
-        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        names = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size")
+        check_positive_ints(**{name: getattr(self, name) for name in names})
         if self.hidden_size % self.num_heads:
             raise ValueError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_heads ({self.num_heads})"
@@ -73,12 +73,9 @@ class CheckpointConfig:
             raise ValueError(
                 f"num_heads ({self.num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})"
             )
-        if not isinstance(self.sft_steps, int) or self.sft_steps < 0:
-            raise ValueError(f"sft_steps must be an integer >= 0, got {self.sft_steps!r}")
-        if not isinstance(self.sft_batch, int) or self.sft_batch < 1:
-            raise ValueError(f"sft_batch must be an integer >= 1, got {self.sft_batch!r}")
-        if not (isinstance(self.sft_lr, float) and 0 < self.sft_lr < 1):
-            raise ValueError(f"sft_lr must be a float in (0, 1), got {self.sft_lr!r}")
+        check_number(self.sft_steps, "sft_steps", 0, low_inclusive=True, integer=True)
+        check_positive_ints(sft_batch=self.sft_batch)
+        check_number(self.sft_lr, "sft_lr", 0, 1, high_inclusive=False)
 
 
 FULL = CheckpointConfig()
@@ -150,9 +147,7 @@ def make_splits(
     'validation_longer' (lists of sorted tuples) and 'train_in', 'train_longer' (the rest,
     the only multisets SFT (in) and RL (in + longer) may draw). Unseen values are never trained.
     """
-    for name, value in (("num_test", num_test), ("num_validation", num_validation)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    check_positive_ints(num_test=num_test, num_validation=num_validation)
     rng = random.Random(split_seed)
     out: dict[str, list[tuple[int, ...]]] = {}
     for region, values, lengths in (
@@ -385,10 +380,8 @@ def sample_completions(
     ``generator``'s device (the probabilities are moved there), so a CUDA model works with a
     CPU or a CUDA generator. Finished rows are padded with ``pad_token_id``, or with EOS when
     the tokenizer has no pad token (Llama-3 style)."""
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be an integer >= 1, got {n!r}")
-    if not (isinstance(temperature, (int, float)) and temperature > 0):
-        raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    check_positive_ints(n=n)
+    check_number(temperature, "temperature", 0)
     eos = tokenizer.eos_token_id
     if eos is None:
         raise ValueError("the tokenizer has no eos_token_id: a completion could never end")

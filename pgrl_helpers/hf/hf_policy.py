@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._validate import check_integer, check_ndim, check_token_range
+from .._validate import check_integer, check_ndim, check_positive_ints, check_token_range
 from ..masking import masked_mean
 from .trl_bridge import SEP_TOKEN, SPECIAL_TOKENS
 
@@ -71,12 +71,7 @@ class HFSortPolicy(nn.Module):
 
     def __init__(self, model, tokenizer, prompt_length: int):
         super().__init__()
-        if (
-            not isinstance(prompt_length, int)
-            or isinstance(prompt_length, bool)
-            or prompt_length < 1
-        ):
-            raise ValueError(f"prompt_length must be a positive int, got {prompt_length!r}")
+        check_positive_ints(prompt_length=prompt_length)
         head = model.get_output_embeddings()
         digits = digit_token_ids(tokenizer)
         others = torch.ones(head.out_features, dtype=torch.bool)

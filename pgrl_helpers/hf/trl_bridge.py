@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from .._validate import check_positive_ints
 from ..sort_task import REWARD_FNS
 
 #: Special tokens of the word-level sort tokenizer (ids 0, 1, 2, 3 in this order).
@@ -135,8 +136,7 @@ def build_sort_tokenizer(vocab_size: int):
     Ids: <pad>=0, <eos>=1, <unk>=2, ':'=3, digit d = 4 + d. Words are split on
     whitespace; decoding joins them with single spaces. Built locally, nothing downloaded.
     """
-    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 1:
-        raise ValueError(f"vocab_size must be a positive int, got {vocab_size!r}")
+    check_positive_ints(vocab_size=vocab_size)
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 

@@ -23,7 +23,7 @@ Checked against TRL 1.16.0 (``trl/trainer/grpo_trainer.py`` and ``grpo_config.py
 * entropy bonus: ``loss -= entropy_coef * H`` with H the mean entropy over the real
   completion tokens, whatever ``loss_type`` (``GRPOConfig.entropy_coef``).
 
-Taught in notebooks 09, 11.
+Taught in notebook 09; also used in notebook 11.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .._validate import check_choice, check_number
 from ..advantages import DELTA_MODES
 from ..kl import KL_ESTIMATORS
 from ..losses import LOSS_MODES
@@ -116,9 +117,16 @@ _MAPPED_FIELDS = (
 
 
 def _get(config: Any, name: str, default: Any = None) -> Any:
+    """A field of ``config``: a plain dict may leave out a field (then ``default``); any other
+    config (a ``TrainConfig``) must have it (a missing field raises AttributeError)."""
     if isinstance(config, dict):
+        if "policy_objective" in config:
+            raise ValueError(
+                "policy_objective was renamed importance_sampling_level (TRL's name); "
+                "a config dict from before the rename must use the new key"
+            )
         return config.get(name, default)
-    return getattr(config, name, default)
+    return getattr(config, name)
 
 
 def _batch_prompts(config: Any) -> int:
@@ -134,14 +142,11 @@ def scale_rewards_for(deltas_mode: str) -> str:
     """TRL's ``scale_rewards`` for one of our delta modes; ValueError when there is none."""
     if deltas_mode in DELTA_MODE_TO_SCALE_REWARDS:
         return DELTA_MODE_TO_SCALE_REWARDS[deltas_mode]
-    if deltas_mode in UNSUPPORTED_DELTA_MODES:
-        raise ValueError(
-            f"deltas_mode {deltas_mode!r} has no GRPOTrainer equivalent: "
-            f"{UNSUPPORTED_DELTA_MODES[deltas_mode]}. Supported: "
-            f"{', '.join(DELTA_MODE_TO_SCALE_REWARDS)}"
-        )
+    check_choice(deltas_mode, DELTA_MODES, "deltas_mode")
     raise ValueError(
-        f"unknown deltas_mode {deltas_mode!r}; valid values are: {', '.join(DELTA_MODES)}"
+        f"deltas_mode {deltas_mode!r} has no GRPOTrainer equivalent: "
+        f"{UNSUPPORTED_DELTA_MODES[deltas_mode]}. Supported: "
+        f"{', '.join(DELTA_MODE_TO_SCALE_REWARDS)}"
     )
 
 
@@ -163,10 +168,7 @@ def loss_kwargs_for(
       the gradient equals naive's, so that case maps to the unclipped form; with more
       steps naive reuses the batch without importance weights, which TRL never does.
     """
-    if loss_mode not in LOSS_MODES:
-        raise ValueError(
-            f"unknown loss_mode {loss_mode!r}; valid values are: {', '.join(LOSS_MODES)}"
-        )
+    check_choice(loss_mode, LOSS_MODES, "loss_mode")
     if loss_mode == "kl_cov":
         raise ValueError(
             "loss_mode 'kl_cov' (KL-Cov, Cui et al. 2025) has no GRPOConfig equivalent: TRL has "
@@ -189,12 +191,8 @@ def loss_kwargs_for(
             f"agree) or loss_mode 'unclipped' / 'clipped'; got {num_steps_per_epoch} steps"
         )
     if loss_mode == "clipped":
-        if not 0 < epsilon < 1:
-            raise ValueError(f"epsilon must lie in (0, 1) for the clipped loss, got {epsilon}")
-        if epsilon_high is not None and not (
-            isinstance(epsilon_high, (int, float)) and 0 < epsilon_high < math.inf
-        ):
-            raise ValueError(f"epsilon_high must be a positive finite number, got {epsilon_high}")
+        check_number(epsilon, "epsilon", 0, 1, high_inclusive=False, note="the clipped loss")
+        check_number(epsilon_high, "epsilon_high", 0, allow_none=True)
         high = epsilon if epsilon_high is None else epsilon_high
         return {"loss_type": loss_type, "epsilon": float(epsilon), "epsilon_high": float(high)}
     return {"loss_type": loss_type, "epsilon": 1.0, "epsilon_high": math.inf}
@@ -212,11 +210,7 @@ def loss_type_for(
     ``LOSS_TYPES`` when every response has the same length (then all of them are the plain
     token mean); otherwise ValueError.
     """
-    if loss_aggregation not in AGGREGATION_TO_LOSS_TYPE:
-        raise ValueError(
-            f"unknown loss_aggregation {loss_aggregation!r}; valid values are: "
-            f"{', '.join(AGGREGATION_TO_LOSS_TYPE)}"
-        )
+    check_choice(loss_aggregation, AGGREGATION_TO_LOSS_TYPE, "loss_aggregation")
     if loss_type is None:
         return AGGREGATION_TO_LOSS_TYPE[loss_aggregation]
     same = LOSS_TYPES if not variable_length else EQUIVALENT_LOSS_TYPES[loss_aggregation]
@@ -258,12 +252,8 @@ def kl_kwargs_for(
     ``sync_ref_model`` with ``ref_model_mixup_alpha=1`` (a full copy) every
     ``period * num_steps_per_epoch`` optimizer steps.
     """
-    if kl_estimator not in KL_ESTIMATORS:
-        raise ValueError(
-            f"unknown kl_estimator {kl_estimator!r}; valid values are: {', '.join(KL_ESTIMATORS)}"
-        )
-    if not (isinstance(kl_coef, (int, float)) and math.isfinite(kl_coef) and kl_coef >= 0):
-        raise ValueError(f"kl_coef must be >= 0 and finite, got {kl_coef!r}")
+    check_choice(kl_estimator, KL_ESTIMATORS, "kl_estimator")
+    check_number(kl_coef, "kl_coef", 0, low_inclusive=True)
     if kl_coef == 0:
         return {"beta": 0.0, "sync_ref_model": False}
     if kl_estimator != "k3":
@@ -353,8 +343,7 @@ def grpo_config_kwargs(config: Any, loss_type: str | None = None, **overrides) -
     if group < 2:
         raise ValueError(f"GRPOTrainer needs num_responses (G) >= 2, got {group}")
     entropy_coef = _get(config, "entropy_coef")
-    if not (isinstance(entropy_coef, (int, float)) and 0 <= entropy_coef < math.inf):
-        raise ValueError(f"entropy_coef must be >= 0 and finite, got {entropy_coef!r}")
+    check_number(entropy_coef, "entropy_coef", 0, low_inclusive=True)
     variable = _variable_length(config)
     aggregation = _get(config, "loss_aggregation", "token_mean")
     loss_type = loss_type_for(aggregation, variable, loss_type)
@@ -409,6 +398,8 @@ def grpo_config_kwargs(config: Any, loss_type: str | None = None, **overrides) -
         "activation_checkpointing": False,  # TRL turns it on by default
         "disable_dropout": True,
     }
+    if _get(config, "importance_sampling_level", "token") == "sequence":
+        kwargs["importance_sampling_level"] = "sequence"  # GSPO: TRL's name and values are ours
     kwargs.update(overrides)
     if kwargs["max_completion_length"] != max_length and (
         kwargs["loss_type"] == "dr_grpo" or kwargs["beta"] > 0

@@ -100,9 +100,9 @@ def build_cross_check(output_dir, vocab_size=5, length=3, prompts=4, group=6, se
     import transformers
     from trl import GRPOConfig, GRPOTrainer
 
-    from . import trl_bridge as tb
     from ..config import TrainConfig
     from ..sort_task import make_prompts
+    from . import trl_bridge as tb
     from .trl_config import grpo_config_kwargs
 
     transformers.logging.set_verbosity_error()

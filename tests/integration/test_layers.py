@@ -30,8 +30,9 @@ OPTIONAL = ("ui", "hf", "bench_results", "claims", "seed_stats", "passk")
 HEAVY = ("transformers", "trl", "peft", "ipywidgets", "matplotlib")
 
 #: Below the loop: the math, the loop's pieces and the extensions it plugs in.
-BELOW_THE_LOOP = MATH + ("rollout", "registry", "config", "history", "training", "autoregressive",
-                         "dedup_task", "tool_task", "value", "offpolicy", "infra", "memory")  # fmt: skip
+BELOW_THE_LOOP = MATH + ("rollout", "objective", "registry", "config", "history", "training",
+                         "autoregressive", "dedup_task", "tool_task", "value", "offpolicy", "infra",
+                         "memory")  # fmt: skip
 
 
 def package_imports(source: str) -> set[str]:
@@ -149,3 +150,14 @@ def test_a_planted_upward_import_fails_the_layer_check(tmp_path):
     assert "value" in package_imports(planted) - set(MATH)
     eager = "from .training import run_policy_gradient\n"
     assert "training" in package_imports(eager) and "training" not in MATH
+
+
+def test_the_subpackages_default_paths_are_at_the_repository_root():
+    """Moving a module one folder down must not move where it writes: the converted model
+    (``models/``) and notebook 14's checkpoint (``.cache/pgrl/``) sit beside pyproject.toml."""
+    from pgrl_helpers.hf import checkpoint, real_lm
+
+    root = PACKAGE.parent
+    assert (root / "pyproject.toml").exists()
+    assert real_lm.DEFAULT_DIR == root / "models" / real_lm.MODEL_NAME
+    assert checkpoint.DEFAULT_PATH == root / ".cache" / "pgrl" / "checkpoint"

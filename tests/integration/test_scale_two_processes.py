@@ -42,9 +42,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from pgrl_helpers.advantages import compute_deltas  # noqa: E402
 from pgrl_helpers.hf import trl_bridge as tb  # noqa: E402
 from pgrl_helpers.hf import trl_config as tc  # noqa: E402
-from pgrl_helpers.advantages import compute_deltas  # noqa: E402
 
 pytest.importorskip("trl")
 
