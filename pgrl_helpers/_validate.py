@@ -159,8 +159,6 @@ def check_choice(value, valid, name: str) -> None:
         raise ValueError(f"unknown {name} {value!r}; valid values are: {listed}")
 
 
-
-
 def check_bool(value, name: str) -> None:
     """Raise TypeError naming ``name`` unless value is True or False (1 and 0 refused)."""
     if not isinstance(value, bool):

@@ -1,4 +1,6 @@
-"""Deltas: the advantage-like weights that multiply grad log pi, one function per deltas mode.
+"""Deltas: the advantage-like weights that multiply grad log pi.
+
+One function per deltas mode, side by side in ``DELTA_FUNCTIONS``.
 
 deltas = advantages: "deltas" is the lecture's word; TRL, verl and CleanRL say advantages (and
 ``deltas_mode`` is what TRL splits into ``scale_rewards`` and verl calls ``adv_estimator``).
@@ -140,8 +142,9 @@ def compute_deltas(
     std_floor: float = 1e-3,
     mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Turn rewards float[batch, trial] into deltas float[batch, trial]: the checked dispatch
-    to ``DELTA_FUNCTIONS[mode]``.
+    """Turn rewards float[batch, trial] into deltas float[batch, trial].
+
+    The checked dispatch to ``DELTA_FUNCTIONS[mode]``.
 
     Modes (``r`` is one group's rewards, G = trial; each mode's function cites its paper):
 

@@ -99,14 +99,18 @@ class LossOptions:
         return self.epsilon if self.epsilon_high is None else self.epsilon_high
 
 
-def loss_options(config, level: str = "token") -> LossOptions:
-    """The loss settings of a ``TrainConfig`` at ratio ``level``: every ``LossOptions`` field
-    but ``importance_sampling_level`` read from the config field of the same name.
+def loss_options(config, level: str | None = None) -> LossOptions:
+    """The loss settings of a ``TrainConfig``: every ``LossOptions`` field read from the config
+    field of the same name.
 
     ``TrainConfig`` declares those fields with ``LossOptions``' defaults, so the two cannot
     disagree; building the ``LossOptions`` checks every field (naming it and its bound).
-    ``level`` is the objective's own ('token' or 'sequence', ``registry.POLICY_OBJECTIVES``).
+    ``level`` overrides ``config.importance_sampling_level`` ('token' or 'sequence'): the
+    objective a ``registry.POLICY_OBJECTIVES`` entry runs (keyed by that same field) passes
+    its own.
     """
+    if level is None:
+        level = config.importance_sampling_level
     settings = {
         field.name: getattr(config, field.name)
         for field in fields(LossOptions)

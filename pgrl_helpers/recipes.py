@@ -19,7 +19,7 @@ the variable-length task, so its recipe names that task too.
 ``recipe_table()`` renders the method recipes as the README's table "What GRPO, Dr. GRPO, DAPO,
 GSPO, ... are in these fields" (``tests/test_recipes.py`` checks the README holds it verbatim).
 
-Not imported by a notebook: ``TrainConfig.preset`` reads it (notebook 11 compares these methods).
+Taught in notebook 11.
 """
 
 from __future__ import annotations
@@ -152,6 +152,8 @@ def recipe_table(names: tuple[str, ...] = METHOD_RECIPES) -> str:
 
     A field the recipe leaves alone shows the lecture's default (``TrainConfig``'s); DAPO's
     variable-length task (the five ``_SORT_DEDUP`` fields) is named once, as "notebook 08's task".
+
+    Taught in notebook 11.
     """
     from .config import TrainConfig  # here, not at the top: config imports this module
 

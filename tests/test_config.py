@@ -207,3 +207,6 @@ def test_loss_options_copies_every_loss_field_of_the_config():
         assert loss_options(config, level) == LossOptions(
             **changed, importance_sampling_level=level
         )
+    # without an override the level is the config's own (one source for token / sequence)
+    assert loss_options(config).importance_sampling_level == "sequence"
+    assert loss_options(TrainConfig()).importance_sampling_level == "token"

@@ -17,9 +17,9 @@ def scripted_validation(monkeypatch, scores: dict[int, float]) -> list[int]:
     epochs: list[int] = []
     real_evaluate = training._evaluate
 
-    def evaluate(history, task, config, epochs_done, step, responses_sampled):
+    def evaluate(run, history, task, config, epochs_done, step, responses_sampled):
         epochs.append(epochs_done)
-        real_evaluate(history, task, config, epochs_done, step, responses_sampled)
+        real_evaluate(run, history, task, config, epochs_done, step, responses_sampled)
         value = scores.get(epochs_done, 0.0)
         history[-1]["validation_exact_sort"] = history[-1]["test_exact_sort"] = value
         target = config.target_validation_exact_sort
