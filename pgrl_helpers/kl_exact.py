@@ -9,7 +9,8 @@ instead of sampling, so that expectations and expected gradients are exact:
   and its maximiser pi_ref exp(R / beta) / Z (Rafailov et al. 2023, DPO, eq. 4; Korbak et al.
   2022, "RL with KL penalties is better viewed as Bayesian inference");
 * ``kl_placement_gradients``: the expected gradient of each way of putting the KL into training
-  (an estimator in the loss; k1 in the reward, PPO-RLHF style; the bias-corrected k3).
+  (an estimator in the loss; k1 in the reward, fixed at rollout as in PPO-RLHF or
+  re-evaluated at pi_theta, with or without the ratio; the bias-corrected k3).
 
 Taught in notebook 05.
 """
@@ -118,15 +119,21 @@ def kl_placement_gradients(
       pi_theta;
     * ``"k1/k2/k3 in the loss"``: grad of sum_y pi_old(y) k(y; theta), the estimator added to
       the loss without a ratio;
-    * ``"k1 in the reward"``: reward R - k1(y) in the REINFORCE loss, k1 a constant, no ratio:
-      grad of sum_y pi_old(y) sg(k1(y)) log pi_theta(y);
-    * ``"k1 in the reward x ratio"``: the same in PPO's ratio loss: grad of
-      sum_y pi_old(y) sg(k1(y)) rho(y);
+    * ``"k1 fixed at rollout"``: k1 in the reward, as PPO-RLHF defines it, in the REINFORCE
+      loss (no ratio): k1 = log pi_old - log pi_ref computed once when the batch is sampled,
+      a constant: grad of sum_y pi_old(y) k1_old(y) log pi_theta(y);
+    * ``"k1 fixed at rollout x ratio"``: the same constant reward in PPO's ratio loss
+      (InstructGPT eq. 2, TRL's PPO): grad of sum_y pi_old(y) k1_old(y) rho(y);
+    * ``"k1 at pi_theta"``: k1 re-evaluated at the current policy on every inner step (no
+      gradient through it), no ratio: grad of sum_y pi_old(y) sg(k1(y; theta)) log pi_theta(y).
+      Its gradient is that of ``"k2 in the loss"`` at every theta (grad k2 = sg(k1) grad log pi);
+    * ``"k1 at pi_theta x ratio"``: the same in the ratio loss: grad of
+      sum_y pi_old(y) sg(k1(y; theta)) rho(y), = grad KL(pi||pi_ref) at every theta;
     * ``"k3 x ratio (bias-corrected)"``: grad of sum_y pi_old(y) rho(y) k3(y) (DeepSeek-V3.2).
 
-    With pi_old = pi_theta the "k1 in the reward" rows and "k2 in the loss" equal
-    grad KL(pi||pi_ref) and "k3 in the loss" equals grad KL(pi_ref||pi); once pi_old differs,
-    only the rows with the ratio keep following grad KL(pi||pi_ref).
+    With pi_old = pi_theta the four k1 rows and "k2 in the loss" equal grad KL(pi||pi_ref)
+    and "k3 in the loss" equals grad KL(pi_ref||pi); once pi_old differs, only the rows that
+    evaluate the KL at pi_theta *and* carry the ratio keep following grad KL(pi||pi_ref).
 
     Taught in notebook 05.
     """
@@ -144,13 +151,16 @@ def kl_placement_gradients(
 
         return objective
 
-    def k1_in_reward(th):
-        log_p = torch.log_softmax(th, -1)
-        return (p_old * kl_k1(log_p, log_ref).detach() * log_p).sum()
+    k1_old = kl_k1(log_old, log_ref).detach()  # fixed at rollout: pi_old's k1, a constant
 
-    def k1_in_reward_with_ratio(th):
-        log_p = torch.log_softmax(th, -1)
-        return (p_old * kl_k1(log_p, log_ref).detach() * torch.exp(log_p - log_old)).sum()
+    def k1_reward(at_theta: bool, with_ratio: bool):
+        def objective(th):
+            log_p = torch.log_softmax(th, -1)
+            k1 = kl_k1(log_p, log_ref).detach() if at_theta else k1_old
+            carrier = torch.exp(log_p - log_old) if with_ratio else log_p
+            return (p_old * k1 * carrier).sum()
+
+        return objective
 
     def bias_corrected(th):
         log_p = torch.log_softmax(th, -1)
@@ -162,7 +172,9 @@ def kl_placement_gradients(
     }
     for name, estimator in ESTIMATORS.items():
         out[f"{name} in the loss"] = _grad(in_loss(estimator), theta)
-    out["k1 in the reward"] = _grad(k1_in_reward, theta)
-    out["k1 in the reward x ratio"] = _grad(k1_in_reward_with_ratio, theta)
+    out["k1 fixed at rollout"] = _grad(k1_reward(at_theta=False, with_ratio=False), theta)
+    out["k1 fixed at rollout x ratio"] = _grad(k1_reward(at_theta=False, with_ratio=True), theta)
+    out["k1 at pi_theta"] = _grad(k1_reward(at_theta=True, with_ratio=False), theta)
+    out["k1 at pi_theta x ratio"] = _grad(k1_reward(at_theta=True, with_ratio=True), theta)
     out["k3 x ratio (bias-corrected)"] = _grad(bias_corrected, theta)
     return out

@@ -187,6 +187,56 @@ def test_length_drift_json_comparisons_recompute():
     )
 
 
+def test_notebook_08_counts_its_length_drift_tests_and_corrects_them():
+    """Review r5 (notebook 08, cells 20-21, major): seven paired tests were read at p < 0.05
+    without their count. The notebook must state the count and print each test's Holm verdict;
+    both are recomputed here from the JSON with an independent Holm step-down (Holm 1979)."""
+    bench = load("length_drift")
+    seeds = bench["seeds"]
+
+    def lengths(setting, epoch):
+        return {
+            r["seed"]: r["length_per_epoch"][epoch]
+            for r in bench["runs"]
+            if r["setting"] == setting
+        }
+
+    first = {n: lengths(n, 0) for n in bench["settings"]}
+    last = {n: lengths(n, -1) for n in bench["settings"]}
+    change = {n: {s: last[n][s] - first[n][s] for s in seeds} for n in bench["settings"]}
+    naive = "token_mean, no clip (naive)"
+    tests = {f"direction, {n}": (last[n], first[n]) for n in bench["settings"]}
+    for n in ("token_mean", "constant_normalizer"):
+        tests[f"gap, sequence_mean vs {n}"] = (last["sequence_mean"], last[n])
+    tests["ablation, clip vs no clip"] = (change["token_mean"], change[naive])
+    p = {name: paired(a, b)["p_value"] for name, (a, b) in tests.items()}
+    m, rejected = len(p), set()
+    threshold = {name: 0.05 / (m - k) for k, name in enumerate(sorted(p, key=p.get))}
+    for name in sorted(p, key=p.get):
+        if p[name] > threshold[name]:
+            break
+        rejected.add(name)
+    text = outputs("08_real_lm_details")
+    assert f"{m} comparisons, Holm at family-wise 0.05" in text, "the count and the correction"
+    for name in p:
+        line = next((x for x in text.splitlines() if x.strip().startswith(name + " ")), "")
+        assert line, f"no Holm line for {name!r}"
+        verdict = "-> rejects" if name in rejected else "-> does not reject"
+        assert line.rstrip().endswith(verdict) and f"p = {p[name]:.3f}" in line, line
+        assert f"Holm threshold {threshold[name]:.4f}" in line, line
+    assert rejected == {
+        "direction, sequence_mean",
+        "gap, sequence_mean vs token_mean",
+        "gap, sequence_mean vs constant_normalizer",
+    }
+    # the main line carries no p-value: the tests sit in the Evidence section
+    nb = json.loads((NOTEBOOKS / "08_real_lm_details.ipynb").read_text())
+    sources = ["".join(c["source"]) for c in nb["cells"]]
+    evidence = next(i for i, s in enumerate(sources) if s.startswith("## Evidence"))
+    before = [i for i, s in enumerate(sources) if "compare_seeds(" in s and i < evidence]
+    assert not before, f"paired tests before the Evidence section, cells {before}"
+
+
 # ---- notebook 11 / bench_objectives ----------------------------------------------------
 
 
