@@ -16,9 +16,12 @@ shows that it fails.
   within a factor 4/3 at every sample size;
 * ``check_clip_stops_gradient`` (06): a clipped per-token loss has zero gradient exactly on
   the tokens whose ratio left [1 - eps, 1 + eps] in the direction of their delta, and the
-  unclipped slope -ratio * delta everywhere else.
+  unclipped slope -ratio * delta everywhere else;
+* ``check_reward_to_go`` (03): weighting each token's score by the rewards from that token on
+  (reward-to-go) keeps the policy gradient exact; a weight that drops the token's own reward
+  or keeps only the return on the last token does not.
 
-Taught in notebook 02; also used in notebooks 04, 05, 06.
+Taught in notebook 02; also used in notebooks 03, 04, 05, 06.
 """
 
 from __future__ import annotations
@@ -31,10 +34,13 @@ import torch
 
 from .exact import (
     _response_length,
+    all_responses,
     enumerated_rewards,
     exact_policy_gradient,
     flat_grad,
     response_log_probs,
+    tabular_token_log_probs,
+    tabular_token_scores,
 )
 
 
@@ -185,8 +191,9 @@ def check_error_prediction(measured, predicted, low: float = 0.75, high: float =
 
     ``measured``, ``predicted``: one value per sample size N (sequences of floats or 1-D
     tensors of the same length, predicted > 0). Notebook 02 measures the RMS relative error
-    of REINFORCE over 5 seeds and predicts it from the exact covariance; a prediction off by
-    sqrt(3) (averaging the prompts' variances with 1/B instead of 1/B^2) falls outside.
+    of REINFORCE over ``NUM_SEEDS`` (16) seeds and predicts it from the exact covariance; a
+    prediction off by sqrt(3) (averaging the prompts' variances with 1/B instead of 1/B^2)
+    falls outside.
     Returns the ratios measured / predicted, one per N.
 
     Taught in notebook 02.
@@ -245,3 +252,57 @@ def check_clip_stops_gradient(
         f"unclipped tokens' gradient differs from -ratio * delta by {off_clipped:.3g}"
     )
     return num_clipped, on_clipped
+
+
+def check_reward_to_go(
+    token_weights: Callable, vocab_size: int = 3, length: int = 3, seed: int = 0, tol=1e-10
+):
+    """Weighting token t's score by ``token_weights`` must keep the policy gradient exact.
+
+    The policy is a tabular autoregressive one (``exact.tabular_token_log_probs``, float64,
+    logits drawn with ``seed``); its rewards arrive per token, r_t = 1[y_t = t-th token of the
+    answer 0, 1, 2, ...] (the sort distance reward of notebook 01, split by position), and the
+    return is R = sum_t r_t. ``token_weights`` maps the token rewards float[N, pos] of all
+    N = vocab_size ** length responses to the weight of each token's score, float[N, pos]. The
+    estimator sum_t grad log pi(y_t | y_<t) w_t(y) must have the exact mean grad E[R] (autograd
+    through the enumerated sum_y pi(y) R(y)) within ``tol``. The full return (w_t = R) and the
+    reward-to-go (w_t = sum_{t' >= t} r_t') pass; dropping the token's own reward
+    (sum_{t' > t}), keeping the past rewards (sum_{t' <= t}) or putting R on the last token only
+    fail. Returns (total variance of the full-return estimator, total variance of the one under
+    test), for one sampled response: sum over the P parameters of Var[estimate_k].
+
+    Taught in notebook 03.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(
+        length, vocab_size + 1, vocab_size, generator=generator, dtype=torch.float64
+    )
+    responses = all_responses(vocab_size, length)  # [N, pos]
+    answer = torch.arange(length).clamp(max=vocab_size - 1)  # [pos]
+    token_rewards = (responses == answer).double()  # [N, pos]
+    theta = logits.clone().requires_grad_(True)
+    probs = tabular_token_log_probs(theta, responses).sum(dim=-1).exp()  # pi(y): [N]
+    (exact,) = torch.autograd.grad((probs * token_rewards.sum(dim=-1)).sum(), theta)
+    exact, probs = exact.flatten(), probs.detach()
+    scores = tabular_token_scores(logits, responses)  # [N, pos, P]
+
+    def moments(weights):  # exact mean [P] and total variance of sum_t score_t * w_t
+        estimate = torch.einsum("ntp,nt->np", scores, weights)
+        mean = probs @ estimate
+        return mean, (probs @ (estimate - mean) ** 2).sum().item()
+
+    weights = token_weights(token_rewards)
+    if tuple(weights.shape) != tuple(token_rewards.shape):
+        raise ValueError(
+            f"token_weights must return float[N, pos] {list(token_rewards.shape)}, "
+            f"got {list(weights.shape)}"
+        )
+    mean, variance = moments(weights.double())
+    gap = (mean - exact).abs().max().item()
+    assert gap < tol, (
+        f"E[sum_t grad log pi(y_t | y_<t) w_t] differs from grad E[R] by {gap:.2e}: "
+        "a weight that depends on the token itself or on later tokens but leaves out their "
+        "reward biases the gradient"
+    )
+    _, full_variance = moments(token_rewards.sum(dim=-1, keepdim=True).expand_as(token_rewards))
+    return full_variance, variance

@@ -27,7 +27,14 @@ import torch
 from einops import rearrange, repeat
 from torch import nn
 
-from ._validate import check_finite, check_integer, check_ndim, check_positive_ints, is_number
+from ._validate import (
+    check_finite,
+    check_integer,
+    check_ndim,
+    check_positive_ints,
+    check_token_range,
+    is_number,
+)
 from .advantages import compute_deltas
 from .sampling import compute_log_probs, sample_responses
 from .sort_task import compute_reward
@@ -56,7 +63,7 @@ def all_responses(vocab_size: int, length: int, max_responses: int = MAX_RESPONS
     row n holds the base-``vocab_size`` digits of n, first position most significant
     (``[0, 0, 0], [0, 0, 1], ...``). Raises ValueError if N > ``max_responses``.
 
-    Taught in notebook 01.
+    Taught in notebook 01; also used in notebook 03.
     """
     check_positive_ints(vocab_size=vocab_size, length=length, max_responses=max_responses)
     num = vocab_size**length
@@ -355,3 +362,59 @@ def group_estimate_moments(
         total += weight @ estimate
         total_sq += weight @ estimate**2
     return total, (total_sq - total**2).clamp_min(0)
+
+
+# ---- tokens: a tiny autoregressive policy, enumerated (notebook 03, section 6) -------------
+
+
+def tabular_token_log_probs(logits: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+    """Per-token log pi(y_t | y_<t) float[N, pos] of a tabular autoregressive policy.
+
+    The smallest policy whose token ``t`` depends on the tokens before it (here through the
+    previous one, a bigram table): ``logits`` float[pos, vocab + 1, vocab] holds one table per
+    position, indexed by the previous token, with row ``vocab`` for the first position (no
+    previous token); ``responses`` int64[N, pos] with values in 0 .. vocab - 1. The log-prob
+    of a whole response is the sum over pos (the autoregressive factorisation
+    log pi(y | s) = sum_t log pi(y_t | s, y_<t)).
+
+    Taught in notebook 03.
+    """
+    check_ndim(logits, 3, "logits", "pos, vocab + 1, vocab")
+    check_ndim(responses, 2, "responses", "N, pos")
+    check_integer(responses, "responses")
+    pos, rows, vocab = logits.shape
+    if rows != vocab + 1 or responses.shape[1] != pos:
+        raise ValueError(
+            f"logits must be [pos, vocab + 1, vocab] and responses [N, pos], got "
+            f"{list(logits.shape)} and {list(responses.shape)}"
+        )
+    check_token_range(responses, vocab, "responses")
+    start = torch.full_like(responses[:, :1], vocab)  # "no previous token"
+    previous = torch.cat([start, responses[:, :-1]], dim=1)  # [N, pos]
+    table = torch.log_softmax(logits, dim=-1)  # [pos, vocab + 1, vocab]
+    return table[torch.arange(pos), previous, responses]
+
+
+def tabular_token_scores(logits: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+    """Per-token scores grad_logits log pi(y_t | y_<t) float[N, pos, P], P = logits.numel().
+
+    The Jacobian of ``tabular_token_log_probs`` (``torch.func.jacrev``), one row per
+    (response, position). Summed over pos it is the score of the whole response.
+
+    Taught in notebook 03.
+    """
+    jacobian = torch.func.jacrev(tabular_token_log_probs)(logits.detach(), responses)
+    return jacobian.reshape(*responses.shape, -1)
+
+
+def reward_to_go(token_rewards: torch.Tensor) -> torch.Tensor:
+    """float[..., pos] -> float[..., pos]: the rewards from position t on, sum_{t' >= t} r_t'.
+
+    With a single reward at the last position (an outcome reward) every position gets that
+    reward: the reward-to-go of a terminal reward is the same for every token.
+
+    Taught in notebook 03.
+    """
+    if token_rewards.ndim < 1:
+        raise ValueError("token_rewards needs a last axis of positions, got a scalar")
+    return token_rewards.flip(-1).cumsum(-1).flip(-1)

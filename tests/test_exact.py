@@ -14,7 +14,10 @@ from pgrl_helpers.exact import (
     reinforce_gradient_estimate,
     response_log_probs,
     response_probs,
+    reward_to_go,
     score_functions,
+    tabular_token_log_probs,
+    tabular_token_scores,
 )
 from pgrl_helpers.models import LectureModel
 from pgrl_helpers.sampling import compute_log_probs
@@ -187,3 +190,68 @@ def test_group_estimate_moments_exact_bias_and_variance(setup):
         group_estimate_moments(probs, scores, rewards, 2, "value")
     with pytest.raises(TypeError, match="name or a number"):
         group_estimate_moments(probs, scores, rewards, 2, None)
+
+
+# ---- the tabular autoregressive policy of notebook 03, section 6
+
+
+def _tabular(seed=0):
+    logits = torch.randn(
+        3, 4, 3, generator=torch.Generator().manual_seed(seed), dtype=torch.float64
+    )
+    return logits, all_responses(3, 3)
+
+
+def test_tabular_policy_is_a_distribution_that_conditions_on_the_previous_token():
+    logits, responses = _tabular()
+    token_log_probs = tabular_token_log_probs(logits, responses)  # [27, pos]
+    assert token_log_probs.shape == (27, 3)
+    torch.testing.assert_close(
+        token_log_probs.sum(-1).exp().sum(), torch.tensor(1.0, dtype=torch.float64)
+    )
+    # position 0 reads the start row; position t the row of token t - 1
+    table = torch.log_softmax(logits, -1)
+    y = torch.tensor([[2, 0, 1]])
+    expected = torch.stack([table[0, 3, 2], table[1, 2, 0], table[2, 0, 1]])
+    torch.testing.assert_close(tabular_token_log_probs(logits, y)[0], expected)
+    # changing the first token changes the second token's probability (autoregressive)
+    other = tabular_token_log_probs(logits, torch.tensor([[1, 0, 1]]))[0]
+    assert other[1] != tabular_token_log_probs(logits, y)[0, 1]
+
+
+def test_tabular_token_scores_sum_to_the_response_score():
+    logits, responses = _tabular(1)
+    scores = tabular_token_scores(logits, responses)  # [27, pos, P]
+    assert scores.shape == (27, 3, logits.numel())
+    theta = logits.clone().requires_grad_(True)
+    for y in responses[[0, 5, 26]]:
+        (grad,) = torch.autograd.grad(tabular_token_log_probs(theta, y[None]).sum(), theta)
+        index = int((responses == y).all(-1).nonzero())
+        torch.testing.assert_close(scores[index].sum(0), grad.flatten())
+        # token t's score is the gradient of its own log-prob only
+        (grad_last,) = torch.autograd.grad(tabular_token_log_probs(theta, y[None])[0, -1], theta)
+        torch.testing.assert_close(scores[index, -1], grad_last.flatten())
+
+
+def test_reward_to_go():
+    rewards = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 5.0]])
+    torch.testing.assert_close(
+        reward_to_go(rewards), torch.tensor([[6.0, 5.0, 3.0], [5.0, 5.0, 5.0]])
+    )
+    torch.testing.assert_close(
+        reward_to_go(torch.ones(2, 2, 4))[0, 0], torch.tensor([4.0, 3.0, 2.0, 1.0])
+    )
+    with pytest.raises(ValueError, match="scalar"):
+        reward_to_go(torch.tensor(1.0))
+
+
+def test_tabular_bad_inputs_raise():
+    logits, responses = _tabular()
+    with pytest.raises(ValueError, match=r"\[pos, vocab \+ 1, vocab\]"):
+        tabular_token_log_probs(logits[:, :3], responses)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        tabular_token_log_probs(logits, responses + 1)
+    with pytest.raises(TypeError, match="integer token ids"):
+        tabular_token_log_probs(logits, responses.double())
+    with pytest.raises(ValueError, match=r"\[N, pos\]"):
+        tabular_token_log_probs(logits, responses[0])

@@ -1,6 +1,7 @@
 """Each notebook family's check (pgrl_helpers.claims) passes on the package and fails on a bug.
 
-Notebooks 01-03: wrong sign of the REINFORCE loss. 04: old log-probs not detached. 05: KL
+Notebooks 01-03: wrong sign of the REINFORCE loss; token weights that leave out the token's own
+reward, keep only the past rewards, or put the return on the last token only (notebook 03). 04: old log-probs not detached. 05: KL
 estimator of the wrong direction or sign; a k3 whose clamp hides a real negative value. 06:
 deltas over the wrong axis, a biased (population) std, a mean that includes other prompts.
 """
@@ -15,7 +16,9 @@ from pgrl_helpers.claims import (
     check_kl_estimator,
     check_policy_gradient,
     check_ratio_gradient,
+    check_reward_to_go,
 )
+from pgrl_helpers.exact import reward_to_go
 from pgrl_helpers.kl import kl_k1, kl_k3, kl_k3_unclamped
 from pgrl_helpers.models import LectureModel
 
@@ -87,3 +90,24 @@ def test_delta_check_passes_and_catches_axis_std_and_mean_bugs():
         check_deltas(biased_std, rewards, ["normalized_rewards"])
     with pytest.raises(AssertionError, match="centered_rewards"):
         check_deltas(batch_mean, rewards, ["centered_rewards"])
+
+
+def test_reward_to_go_check_passes_and_catches_wrong_token_weights():
+    full_variance, rtg_variance = check_reward_to_go(reward_to_go)
+    assert rtg_variance < full_variance  # measured on this policy (notebook 03 prints 0.59x)
+    full = check_reward_to_go(lambda r: r.sum(-1, keepdim=True).expand_as(r))
+    assert full == (full_variance, full_variance)
+    planted = {
+        "strict future": lambda r: reward_to_go(r) - r,  # the token's own reward left out
+        "past only": lambda r: r.cumsum(-1),  # the rewards up to the token, not from it
+        "last token only": lambda r: torch.cat(
+            [torch.zeros_like(r[:, :-1]), r.sum(-1, keepdim=True)], dim=-1
+        ),
+    }
+    for weights in planted.values():
+        with pytest.raises(AssertionError, match="differs from grad E"):
+            check_reward_to_go(weights)
+        with pytest.raises(AssertionError, match="differs from grad E"):
+            check_reward_to_go(weights, seed=3)
+    with pytest.raises(ValueError, match="float\\[N, pos\\]"):
+        check_reward_to_go(lambda r: r.sum(-1))
