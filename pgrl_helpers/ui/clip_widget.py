@@ -11,11 +11,15 @@ Taught in notebook 11.
 
 from __future__ import annotations
 
-import ipywidgets as widgets
-from matplotlib.figure import Figure
-
 from ..clip_family import CLIP_FAMILY, clip_settings, weight_formula
+from . import missing_extra
 from .figures import figure_png, png_output
+
+try:
+    import ipywidgets as widgets
+    from matplotlib.figure import Figure
+except ModuleNotFoundError as error:  # the pip extra `widgets`
+    raise missing_extra(error) from error
 
 
 class ClipFamilyWidget(widgets.VBox):

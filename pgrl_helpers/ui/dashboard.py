@@ -30,7 +30,6 @@ import html
 import threading
 from collections.abc import Sequence
 
-import ipywidgets as widgets
 import torch
 
 from .._validate import check_number
@@ -42,7 +41,13 @@ from ..losses import LOSS_MODES
 from ..registry import MODELS
 from ..sort_task import REWARD_FNS
 from ..training import run_policy_gradient
+from . import missing_extra
 from .figures import check_history, figure_png, plot_histories, png_output, run_label
+
+try:
+    import ipywidgets as widgets
+except ModuleNotFoundError as error:  # the pip extra `widgets`
+    raise missing_extra(error) from error
 
 #: Settings the dashboard applies per model choice (the transformer needs a wider model).
 #: Only models that train on the dashboard's task (sorting) are offered: the

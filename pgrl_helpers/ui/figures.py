@@ -20,11 +20,15 @@ import base64
 import io
 from collections.abc import Sequence
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-
 from ..config import TrainConfig
 from ..history import History
+from . import missing_extra
+
+try:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+except ModuleNotFoundError as error:  # the pip extra `widgets`
+    raise missing_extra(error) from error
 
 #: The three panels of ``plot_histories``: (metric, record kind, y label).
 PANELS: tuple[tuple[str, str, str], ...] = (

@@ -15,13 +15,17 @@ import dataclasses
 import html
 from collections.abc import Sequence
 
-import ipywidgets as widgets
-from matplotlib.figure import Figure
-
 from ..config import TrainConfig
 from ..history import History
 from ..training import run_policy_gradient
+from . import missing_extra
 from .figures import check_history, figure_png, png_output
+
+try:
+    import ipywidgets as widgets
+    from matplotlib.figure import Figure
+except ModuleNotFoundError as error:  # the pip extra `widgets`
+    raise missing_extra(error) from error
 
 #: The panels of ``plot_gae_runs``: (curve from ``gae_curves``, y label).
 GAE_PANELS: tuple[tuple[str, str], ...] = (

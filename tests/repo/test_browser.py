@@ -299,6 +299,7 @@ def tasks_lab(tmp_path_factory):
         sys.executable,
         str(ROOT / "tasks.py"),
         "lab",
+        "--",  # JupyterLab's arguments
         "--no-browser",
         f"--port={port}",
         f"--IdentityProvider.token={token}",

@@ -54,10 +54,25 @@ def test_the_extraction_finds_the_blocks_and_only_them():
 def test_the_install_line_is_the_setups_cpu_torch():
     spec = importlib.util.spec_from_file_location("tasks", ROOT / "tasks.py")
     tasks = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tasks)
-    torch_pin = tasks.pinned_torch(["requirements.txt"])
-    line = f"pip install {torch_pin} --index-url {tasks.TORCH_CPU_INDEX}"
+    spec.loader.exec_module(tasks)  # puts the repository root on sys.path: tools/ imports
+    from tools import torch_install
+
+    torch_pin = torch_install.pinned_torch(["requirements.txt"])
+    line = f"pip install {torch_pin} --index-url {torch_install.TORCH_CPU_INDEX}"
     assert line in README.read_text(), f"README must give the researcher: {line}"
+
+
+def test_the_install_line_names_every_pip_extra():
+    listed = re.search(
+        r"(?ms)^\[project.optional-dependencies\]\n(.*?)\n\n", (ROOT / "pyproject.toml").read_text()
+    )
+    extras = re.findall(r"(?m)^([\w-]+) = \[", listed[1])
+    assert "real-model" in extras and "widgets" in extras
+    install = next(
+        line for line in README.read_text().splitlines() if line.startswith("pip install -e .")
+    )
+    for name in extras:
+        assert f".[{name}]" in install, f"the README's `pip install -e .` line must name .[{name}]"
 
 
 @pytest.fixture(scope="module")
