@@ -35,9 +35,21 @@ thread each):
 tokenizer (``--model tiny``: no converted model needed) with everything made small, into DIR
 (what ``tasks.py bench --quick`` and the test command run).
 
-``--model`` takes a folder or a hub id and ``--device`` cpu/cuda/mps/auto: on a GPU machine
-with the internet, ``--model HuggingFaceTB/SmolLM2-135M-Instruct --device cuda`` runs the
-original bf16 weights (not run here: this machine has neither).
+``--quick`` sets defaults only: an option given on the command line wins. Options are checked
+before any model is loaded (``check_args``): positive counts, ``--seed`` or ``--seeds`` (not
+both). ``--reply-tokens`` defaults to the tokenizer's reply budget (``real_lm_task.
+reply_budget``: the longest accepted answer plus EOS); a smaller value is refused with that
+reason. Each run records the replies that hit the cap (training batches, greedy and sampled
+evaluation), its wall and CPU time and its peak resident memory (``peak_rss_mib``).
+
+``run ... --resume``: the run saves its state (adapter, Adam state, RNG states, step, history,
+validation curve, best adapter) to ``<runs>/<name>.state.pt`` after every validation, and
+``--resume`` continues from that file: the same history as an uninterrupted run.
+
+``--model`` takes a folder or a hub id and ``--device`` cpu/cuda/cuda:N/mps/auto; ``--dtype
+bfloat16`` loads the weights in bf16 (default float32). With the internet, ``--model
+HuggingFaceTB/SmolLM2-135M-Instruct`` runs the original (unquantized) weights. No GPU run is
+recorded here.
 """
 
 from __future__ import annotations
@@ -45,6 +57,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -75,6 +88,51 @@ HELDOUT = 64  # prompts in validation and in test (one per multiset)
 ARMS = ("rl", "sft_rl")
 
 
+def rel(path) -> str:
+    """``path`` relative to the repository when it lies inside it (results files never record
+    this machine's folders), else as given."""
+    resolved = Path(path).expanduser().resolve()
+    if resolved.is_relative_to(ROOT.resolve()):
+        return resolved.relative_to(ROOT.resolve()).as_posix()
+    return str(path)
+
+
+def reply_tokens(args, tokenizer) -> dict:
+    """Set ``args.reply_tokens`` to the tokenizer's reply budget (``real_lm_task.reply_budget``:
+    the longest accepted answer plus EOS) unless given; a given value below it is refused with
+    that reason. Returns the budget, recorded with the run."""
+    budget = T.reply_budget(tokenizer)
+    if args.reply_tokens is None:
+        args.reply_tokens = budget["tokens"]
+    elif args.reply_tokens < budget["tokens"]:
+        raise SystemExit(
+            f"--reply-tokens {args.reply_tokens} is below this tokenizer's reply budget of "
+            f"{budget['tokens']}: {budget['reason']}; a longer accepted answer would be cut "
+            "off and scored 0"
+        )
+    return {"tokens": budget["tokens"], "answer": budget["answer"], "used": args.reply_tokens}
+
+
+#: Options that do not change what a run computes (a resumed run may change them).
+NOT_SETTINGS = ("part", "out_dir", "resume", "stop_after", "save_adapter", "name", "threads")
+
+
+def recorded_settings(args) -> dict:
+    """Every option but the part and the output folder, as the run records them (paths
+    relative to the repository)."""
+    out = {k: v for k, v in vars(args).items() if k not in ("part", "out_dir")}
+    if out.get("model") not in (None, "tiny") and Path(out["model"]).expanduser().exists():
+        out["model"] = rel(out["model"])
+    if out.get("save_adapter"):
+        out["save_adapter"] = rel(out["save_adapter"])
+    return out
+
+
+def run_settings(args) -> dict:
+    """The options that define a run (a resumed run must have the same)."""
+    return {k: v for k, v in recorded_settings(args).items() if k not in NOT_SETTINGS}
+
+
 def clocks() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
 
@@ -88,7 +146,7 @@ def load_model(args):
     """(model, tokenizer): the converted SmolLM2 (or a hub id), or with ``--model tiny`` a
     2-layer random Llama and notebook 14's word-level tokenizer (the quick run)."""
     if args.model != "tiny":
-        return R.load(args.model, args.device)
+        return R.load(args.model, args.device, args.dtype)
     from pgrl_helpers.hf import checkpoint as ck
 
     torch.manual_seed(0)
@@ -103,19 +161,18 @@ def train_config(args, seed: int):
     """The loop's configuration: one optimizer step per batch of ``--prompts`` x ``--group``
     replies (pi_old = pi_theta, so the ratio is 1 and the loss is REINFORCE with the group-mean
     baseline R_i - mean, not divided by the std: the default ``centered_rewards``, Dr. GRPO's
-    advantage, Liu et al. 2025 sec. 3), no KL term (beta = 0, as Dr. GRPO and DAPO). The loop
-    greedy-scores its held-out pair (= this benchmark's validation and test) before and after
-    training, as it always does; the benchmark neither stores nor reads those scores."""
+    advantage, Liu et al. 2025 sec. 3), no KL term (beta = 0, as Dr. GRPO and DAPO). The task
+    and the policy are passed to the loop (``run_policy_gradient(..., policy=, task=)``), so
+    the config has no toy-model field. The loop's own held-out evaluation (before and after
+    training) scores validation only (``score_test=False``): the test split is scored once,
+    by this benchmark, with the adapter validation chose."""
     from pgrl_helpers.config import TrainConfig
 
     return TrainConfig(
-        task="real_lm_sort", model="autoregressive", prompt_source="random",
-        prompt_length=T.MAX_NUMBERS, vocab_size=T.ABSENT + 1,
-        max_response_length=args.reply_tokens, embedding_dim=16, num_heads=2,
-        prompts_per_epoch=args.prompts, num_responses=args.group, num_epochs=args.rl_steps,
-        num_steps_per_epoch=1, learning_rate=args.learning_rate, eval_every=10**6,
-        num_eval_prompts=HELDOUT, eval_seed=T.SPLIT_SEED, seed=seed, num_threads=args.threads,
-        profile_time=True,
+        prompt_source="random", prompts_per_epoch=args.prompts, num_responses=args.group,
+        num_epochs=args.rl_steps or 1, num_steps_per_epoch=1, learning_rate=args.learning_rate,
+        eval_every=10**6, num_eval_prompts=HELDOUT, eval_seed=T.SPLIT_SEED, seed=seed,
+        num_threads=args.threads, profile_time=True,
     )  # fmt: skip
 
 
@@ -136,7 +193,8 @@ def lora_config(args):
 
 
 def scores_of(result: dict, examples: int = 8) -> dict:
-    keep = ("exact", "partial", "format", "finished", "mean_length", "cpu_seconds", "seconds")
+    keep = ("exact", "partial", "format", "finished", "at_cap", "mean_length", "cpu_seconds",
+            "seconds")  # fmt: skip
     out = {k: round(float(result[k]), 4) for k in keep}
     out["new_tokens"] = result["new_tokens"]
     out["tokens_per_second"] = round(result["new_tokens"] / max(result["seconds"], 1e-9), 1)
@@ -152,7 +210,7 @@ def sampled_eval(model, tokenizer, prompts, args, template) -> dict:
     result = R.evaluate(
         model, tokenizer, prompts, template, greedy=False, num_samples=args.n_samples,
         temperature=1.0, max_new_tokens=args.reply_tokens, seed=args.sample_seed,
-        batch_size=args.n_samples * 8,
+        batch_size=args.n_samples * 8, progress=True,
     )  # fmt: skip
     n = args.n_samples
     correct = [
@@ -169,6 +227,7 @@ def sampled_eval(model, tokenizer, prompts, args, template) -> dict:
             statistics.fmean(T.combined_reward(r, WEIGHTS) for r in result["replies"]), 4
         ),
         "sampled_format": round(result["format"], 4),
+        "sampled_at_cap": round(result["at_cap"], 4),
         "cpu_seconds": round(result["cpu_seconds"], 1),
         "replies": [r["text"] for r in result["replies"]],
     }  # fmt: skip
@@ -177,7 +236,7 @@ def sampled_eval(model, tokenizer, prompts, args, template) -> dict:
 def greedy_eval(model, tokenizer, prompts, args, template) -> dict:
     result = R.evaluate(
         model, tokenizer, prompts, template, greedy=True, max_new_tokens=args.reply_tokens,
-        batch_size=HELDOUT,
+        batch_size=HELDOUT, progress=True,
     )  # fmt: skip
     out = scores_of(result)
     out["mean_reward"] = round(
@@ -193,10 +252,12 @@ def greedy_eval(model, tokenizer, prompts, args, template) -> dict:
 def part_base(args) -> dict:
     """The base model on validation and test: greedy, and n samples per test prompt."""
     model, tokenizer = load_model(args)
+    budget = reply_tokens(args, tokenizer)
     template = T.PROMPT_TEMPLATES[TEMPLATE_NAME]
     validation, test = splits(args)
     start = clocks()
     out = {
+        "reply_budget": budget,
         "validation_greedy": greedy_eval(model, tokenizer, validation, args, template),
         "test_greedy": greedy_eval(model, tokenizer, test, args, template),
         "test_sampled": sampled_eval(model, tokenizer, test, args, template),
@@ -218,27 +279,26 @@ class ScoredTask(T.RealLMSortTask):
     def reward(self, prompts, responses):
         s = self.scores(prompts, responses)
         if responses.shape[1] > 1:  # training groups only: the loop's greedy evaluations have 1
-            self.log.append({k: round(float(v.mean()), 4) for k, v in s.items()})
+            row = {k: round(float(v.mean()), 4) for k, v in s.items()}
+            ended = (responses == self.tokenizer.eos_token_id).any(dim=-1)
+            row["at_cap"] = round(float((~ended).float().mean()), 4)  # cut off, no EOS
+            self.log.append(row)
         return sum(float(w) * s[k] for k, w in self.weights.items())
 
 
 def sft_batch(tokenizer, lists, template, device):
     """(ids, attention mask, labels) of prompt + sorted answer + EOS, right-padded; labels are
-    -100 outside the answer (the loss reads the answer's tokens only)."""
+    -100 outside the answer (the loss reads the answer's tokens only; ``common.right_padded``)."""
+    from pgrl_helpers.hf.common import right_padded
+
     eos = tokenizer.eos_token_id
-    rows, labels = [], []
-    for numbers in lists:
-        prompt = T.prompt_token_ids(tokenizer, numbers, template)
-        answer = tokenizer(", ".join(map(str, sorted(numbers))), add_special_tokens=False)
-        answer = list(answer["input_ids"]) + [eos]
-        rows.append(prompt + answer)
-        labels.append([-100] * len(prompt) + answer)
-    width = max(len(r) for r in rows)
-    pad = R.pad_token_id(tokenizer)
-    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device)
-    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)
-    labels = torch.tensor([x + [-100] * (width - len(x)) for x in labels], device=device)
-    return ids, mask, labels
+    prompts = [T.prompt_token_ids(tokenizer, numbers, template) for numbers in lists]
+    answers = [
+        list(tokenizer(", ".join(map(str, sorted(x))), add_special_tokens=False)["input_ids"])
+        + [eos]
+        for x in lists
+    ]
+    return right_padded(prompts, answers, R.pad_token_id(tokenizer), device)
 
 
 def run_sft(model, tokenizer, task, heldout_keys, args, seed, template) -> dict:
@@ -291,8 +351,10 @@ def kl_to_base(model, tokenizer, test, replies_text, args, template) -> dict:
             rows.append(
                 ids + [eos] + [R.pad_token_id(tokenizer)] * (args.reply_tokens - 1 - len(ids))
             )
-    responses = torch.tensor(rows).reshape(test.shape[0], keep, args.reply_tokens)
+    device = R.model_device(model)
+    responses = torch.tensor(rows, device=device).reshape(test.shape[0], keep, args.reply_tokens)
     mask = R.response_mask(responses, eos)
+    test = test.to(device)
     model.eval()
     lp = policy.log_probs(test, responses)
     with model.disable_adapter():
@@ -305,29 +367,47 @@ def kl_to_base(model, tokenizer, test, replies_text, args, template) -> dict:
             "note": "replies re-tokenized from their text, EOS appended; k1 can be negative"}  # fmt: skip
 
 
+def state_path(args) -> Path:
+    """Where a run saves the state ``--resume`` continues from."""
+    return RUNS / f"{args.name or f'{args.arm}_seed{args.seed}'}.state.pt"
+
+
 def part_run(args) -> dict:
     from peft import get_peft_model
 
-    from pgrl_helpers.training import run_policy_gradient
+    from pgrl_helpers.training import loop_state, run_policy_gradient
 
-    if args.arm not in ARMS:
-        raise SystemExit(f"--arm must be one of {ARMS}, got {args.arm!r}")
     seed = args.seed
     torch.manual_seed(seed)
     model, tokenizer = load_model(args)
+    budget = reply_tokens(args, tokenizer)
     model = get_peft_model(model, lora_config(args))
     template = T.PROMPT_TEMPLATES[TEMPLATE_NAME]
     task = ScoredTask(tokenizer, WEIGHTS)
     config = train_config(args, seed)
     validation, test = splits(args)
     heldout_keys = task.prompt_key(torch.cat([validation, test]))
-    out = {"arm": args.arm, "seed": seed}
-    if args.arm == "sft_rl":
+    saved = None
+    if args.resume:
+        if not state_path(args).exists():
+            raise SystemExit(f"--resume: no saved state at {rel(state_path(args))}")
+        saved = torch.load(state_path(args), weights_only=False)
+        if saved["settings"] != run_settings(args):
+            raise SystemExit("--resume: the saved run had other settings: "
+                             f"{saved['settings']} (now {run_settings(args)})")  # fmt: skip
+    out = {"arm": args.arm, "seed": seed, "reply_budget": budget}
+    if args.arm == "sft_rl" and saved is None:
         out["sft"] = run_sft(model, tokenizer, task, heldout_keys, args, seed, template)
         out["after_sft_validation"] = greedy_eval(model, tokenizer, validation, args, template)
     policy = R.ChatLMPolicy(model, tokenizer, template, max_new_tokens=args.reply_tokens)
     curve, best = [], {"exact": -1.0}
     marks = []
+    before = {"seconds": 0.0, "cpu_seconds": 0.0}  # RL time of the runs this one continues
+    if saved is not None:
+        bench = saved["bench"]
+        curve, best, out = bench["curve"], bench["best"], bench["out"]
+        task.log, before = bench["task_log"], bench["rl_time"]
+        out["resumed_at_steps"] = [*out.get("resumed_at_steps", []), saved["loop"]["epochs_done"]]
 
     def validate(step):
         v = greedy_eval(model, tokenizer, validation, args, template)
@@ -339,24 +419,45 @@ def part_run(args) -> dict:
         if (v["exact"], v["partial"]) > (best["exact"], best.get("partial", -1.0)):
             best.update(step=step, exact=v["exact"], partial=v["partial"], state=lora_state(model))
 
-    validate(0)
+    def save_state(history):
+        rl = since(start)
+        bench = {"curve": curve, "best": best, "out": out, "task_log": task.log,
+                 "rl_time": {k: before[k] + rl[k] for k in before}}  # fmt: skip
+        state = {"settings": run_settings(args), "loop": loop_state(history), "bench": bench}
+        RUNS.mkdir(parents=True, exist_ok=True)
+        torch.save(state, state_path(args))
+
+    if saved is None:
+        validate(0)
 
     def callback(epoch, history):
         marks.append(clocks())
         if (epoch + 1) % args.val_every == 0 or epoch + 1 == args.rl_steps:
             validate(epoch + 1)
+            save_state(history)
             marks.append(clocks())  # validation time is not step time
+        if args.stop_after is not None and epoch + 1 == args.stop_after:
+            save_state(history)
+            return "stop"
+        return None
 
     start = clocks()
     model.train()
-    with T.registry_with_real_lm(task):
-        history = run_policy_gradient(config, callback=callback, policy=policy)
-    rl_time = since(start)
+    history = run_policy_gradient(
+        config, callback=callback, policy=policy, task=task, score_test=False,
+        resume=None if saved is None else saved["loop"],
+    )  # fmt: skip
+    rl_time = {k: round(before[k] + v, 1) for k, v in since(start).items()}
     if history.train_prompts_with_heldout_key:  # the loop redraws them: this never happens
         raise AssertionError(f"{history.train_prompts_with_heldout_key} training prompts held out")
     assert torch.equal(history.run.validation_prompts, validation)
     assert torch.equal(history.run.test_prompts, test)
     steps = history.steps()
+    if history.stop_reason == "callback":  # --stop-after: paused, the state is saved
+        return {"arm": args.arm, "seed": seed, "paused_after_steps": len(steps),
+                "state": rel(state_path(args)),
+                "train_reward": [round(s["mean_reward"], 4) for s in steps],
+                "train_scores": task.log[: len(steps)], "validation_curve": curve}  # fmt: skip
     phases = [{k[5:]: round(v, 2) for k, v in s.items() if k.startswith("time_")} for s in steps]
     model.load_state_dict(best["state"], strict=False)
     out["rl"] = {
@@ -364,6 +465,9 @@ def part_run(args) -> dict:
         "learning_rate": args.learning_rate, "time": rl_time,
         "train_reward": [round(s["mean_reward"], 4) for s in steps],
         "train_scores": task.log[: len(steps)],
+        "train_replies_at_cap": round(
+            statistics.fmean(r["at_cap"] for r in task.log[: len(steps)]), 4
+        ),
         "validation_curve": curve, "best_step": best["step"],
         "phases_wall_seconds": phases,
         "training_prompts": history.num_train_prompts,
@@ -384,7 +488,8 @@ def part_run(args) -> dict:
         weights = Path(args.save_adapter) / "adapter_model.safetensors"
         save_file({k: v.half() for k, v in load_file(str(weights)).items()}, str(weights))
         describe_adapter(Path(args.save_adapter), args)
-        out["adapter"] = os.path.relpath(Path(args.save_adapter).resolve(), ROOT)
+        out["adapter"] = rel(args.save_adapter)
+    state_path(args).unlink(missing_ok=True)  # finished: nothing to resume
     return out
 
 
@@ -459,7 +564,9 @@ def part_report(args) -> dict:
     runs = {}
     for arm in ARMS:
         for path in sorted(RUNS.glob(f"{arm}_seed*.json")):
-            runs.setdefault(arm, []).append(json.loads(path.read_text()))
+            record = json.loads(path.read_text())
+            if "paused_after_steps" not in record:  # a paused run (--stop-after) is not done
+                runs.setdefault(arm, []).append(record)
     before = base["test_greedy"]["exact"]
     n = base["test_sampled"]["n"]
     summary, comparisons = {}, {}
@@ -482,6 +589,22 @@ def part_report(args) -> dict:
                 round((r["rl"]["time"]["cpu_seconds"] + r.get("sft", {}).get("time", {}).get(
                     "cpu_seconds", 0.0)) / 60, 1) for r in rows
             ],
+            # recorded since issue 46 (None for the runs recorded before it)
+            "run_wall_minutes": [
+                round(r["wall_and_cpu"]["seconds"] / 60, 1) if "wall_and_cpu" in r else None
+                for r in rows
+            ],
+            "run_cpu_minutes": [
+                round(r["wall_and_cpu"]["cpu_seconds"] / 60, 1) if "wall_and_cpu" in r else None
+                for r in rows
+            ],
+            "peak_rss_mib": [r.get("peak_rss_mib") for r in rows],
+            "reply_tokens": [r["settings"].get("reply_tokens") for r in rows],
+            "replies_at_cap": {
+                "training": [r["rl"].get("train_replies_at_cap") for r in rows],
+                "test_greedy": [r["test_greedy"].get("at_cap") for r in rows],
+                "test_sampled": [r["test_sampled"].get("sampled_at_cap") for r in rows],
+            },
         }  # fmt: skip
     if all(arm in runs for arm in ARMS):
         a = {r["seed"]: r["test_greedy"]["exact"] for r in runs["sft_rl"]}
@@ -604,31 +727,87 @@ SFT_STEPS = 30
 SEEDS = (0, 1, 2)
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an int >= 1, got {text}")
+    return value
+
+
+#: The defaults of the options ``--quick`` also sets (an option given by the user wins).
+DEFAULTS = dict(
+    model=str(R.DEFAULT_DIR), threads=1, reply_tokens=None, lora_r=8, prompts=4, group=8,
+    rl_steps=None, sft_steps=SFT_STEPS, sft_batch=16, val_every=10, n_samples=16,
+)  # fmt: skip
+QUICK = dict(
+    model="tiny", threads=1, reply_tokens=None, lora_r=2, prompts=2, group=2, rl_steps=2,
+    sft_steps=1, sft_batch=2, val_every=1, n_samples=2,
+)  # fmt: skip
+
+
 def add_options(p: argparse.ArgumentParser) -> None:
-    """This benchmark's options (beside the shared --quick, --seeds, --out)."""
+    """This benchmark's options (beside the shared --quick, --seeds, --out). The options of
+    ``DEFAULTS`` default to None here: ``main`` fills them from ``DEFAULTS`` or ``QUICK``."""
     p.add_argument("part", nargs="?", choices=list(PARTS), default=None,
                    help="one part (default: the whole benchmark: base, both arms x --seeds, "
                    "report; speed is separate)")  # fmt: skip
-    p.add_argument("--arm", default="sft_rl", help=f"run: one of {ARMS}")
-    p.add_argument("--seed", type=int, default=0, help="run: the seed")
-    p.add_argument("--model", default=str(R.DEFAULT_DIR), help="PATH_OR_HUB_ID, or tiny")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, mps or auto")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--reply-tokens", type=int, default=14)
-    p.add_argument("--lora-r", type=int, default=8)
-    p.add_argument("--prompts", type=int, default=4, help="prompts per RL step")
-    p.add_argument("--group", type=int, default=8, help="G: replies per prompt")
-    p.add_argument("--rl-steps", type=int, default=None, help=f"default per arm: {RL_STEPS}")
+    p.add_argument("--arm", default="sft_rl", choices=ARMS, help="run: the arm")
+    p.add_argument("--seed", type=int, default=None, help="run: the seed (default 0; or --seeds)")
+    p.add_argument("--model", default=None, help=f"PATH_OR_HUB_ID, or tiny ({rel(R.DEFAULT_DIR)})")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    p.add_argument("--threads", type=positive_int, default=None, help="torch threads (1)")
+    p.add_argument("--reply-tokens", type=positive_int, default=None,
+                   help="reply cap (default: the tokenizer's reply budget)")  # fmt: skip
+    p.add_argument("--lora-r", type=positive_int, default=None, help="LoRA rank (8)")
+    p.add_argument("--prompts", type=positive_int, default=None, help="prompts per RL step (4)")
+    p.add_argument("--group", type=positive_int, default=None, help="G: replies per prompt (8)")
+    p.add_argument(
+        "--rl-steps", type=positive_int, default=None, help=f"default per arm: {RL_STEPS}"
+    )
     p.add_argument("--learning-rate", type=float, default=3e-4)
-    p.add_argument("--sft-steps", type=int, default=SFT_STEPS)
-    p.add_argument("--sft-batch", type=int, default=16)
+    p.add_argument("--sft-steps", type=positive_int, default=None, help=f"({SFT_STEPS})")
+    p.add_argument("--sft-batch", type=positive_int, default=None, help="(16)")
     p.add_argument("--sft-learning-rate", type=float, default=5e-4)
-    p.add_argument("--val-every", type=int, default=10)
-    p.add_argument("--n-samples", type=int, default=16, help="n of pass@k")
+    p.add_argument("--val-every", type=positive_int, default=None, help="RL steps (10)")
+    p.add_argument("--n-samples", type=positive_int, default=None, help="n of pass@k (16)")
     p.add_argument("--sample-seed", type=int, default=2026)
-    p.add_argument("--speed-steps", type=int, default=5)
+    p.add_argument("--speed-steps", type=positive_int, default=5)
     p.add_argument("--save-adapter", default=None, help="run: save the adapter here")
     p.add_argument("--name", default=None, help="run: the part's file name (default ARM_seedN)")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="run: continue from the state the run saved (RUNS/NAME.state.pt)",
+    )
+    p.add_argument("--stop-after", type=positive_int, default=None,
+                   help="run: pause after this many RL steps (the state is saved)")  # fmt: skip
+
+
+def check_args(args: argparse.Namespace, seeds) -> None:
+    """Refuse bad options before any model is loaded (argparse checks the command line; this
+    checks ``main``'s keyword arguments too)."""
+    for name in ("threads", "lora_r", "prompts", "group", "sft_steps", "sft_batch",
+                 "val_every", "n_samples", "speed_steps"):  # fmt: skip
+        value = getattr(args, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be an int >= 1, got {value!r}")
+    for name in ("rl_steps", "reply_tokens", "stop_after"):
+        value = getattr(args, name)
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise SystemExit(f"--{name.replace('_', '-')} must be an int >= 1, got {value!r}")
+    if args.arm not in ARMS:
+        raise SystemExit(f"--arm must be one of {ARMS}, got {args.arm!r}")
+    if args.seed is not None and seeds:
+        raise SystemExit("give --seed (one run) or --seeds, not both")
+    if args.group < 2:
+        raise SystemExit("--group must be >= 2: the group baseline compares G replies")
+    if (args.resume or args.stop_after) and args.part != "run":
+        raise SystemExit("--resume and --stop-after go with the part `run`")
+    try:
+        R.resolve_device(args.device)  # cuda:N / mps checked here
+    except ValueError as err:
+        raise SystemExit(f"--device: {err}") from err
 
 
 def run_part(args: argparse.Namespace) -> None:
@@ -640,21 +819,32 @@ def run_part(args: argparse.Namespace) -> None:
         return
     start, before = clocks(), machine()
     result = PARTS[args.part](args)
-    result["settings"] = {k: v for k, v in vars(args).items() if k not in ("part", "out_dir")}
+    result["settings"] = recorded_settings(args)
     result["wall_and_cpu"] = since(start)
+    # ru_maxrss: KiB on Linux, bytes on macOS
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result["peak_rss_mib"] = round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
     result["load_average_before"] = before["load_average_1_5_15_min"]
     result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     result["date_utc"] = before["date_utc"]
     RUNS.mkdir(parents=True, exist_ok=True)
     name = args.name or (f"{args.arm}_seed{args.seed}" if args.part == "run" else args.part)
     (RUNS / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {RUNS / f'{name}.json'}", flush=True)
+    print(f"wrote {rel(RUNS / f'{name}.json')}", flush=True)
 
 
-QUICK = dict(
-    model="tiny", threads=1, reply_tokens=6, lora_r=2, prompts=2, group=2, rl_steps=2,
-    sft_steps=1, sft_batch=2, val_every=1, n_samples=2,
-)  # fmt: skip
+def build_args(quick: bool = False, seeds=None, **options) -> argparse.Namespace:
+    """The run's options: ``options`` (the command line's or a caller's), then for each option
+    left None its ``QUICK`` (with ``quick``) or ``DEFAULTS`` value; checked (``check_args``)."""
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    args = parser.parse_args([])
+    vars(args).update({k: v for k, v in options.items() if v is not None or k == "part"})
+    for key, value in (QUICK if quick else DEFAULTS).items():  # defaults only: the user's win
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    check_args(args, seeds)
+    return args
 
 
 def main(quick: bool = False, seeds=None, out_dir=RESULTS, **options) -> dict:
@@ -662,10 +852,7 @@ def main(quick: bool = False, seeds=None, out_dir=RESULTS, **options) -> dict:
     part but speed on the tiny model (``QUICK``), seeds 0 and 1. Returns real_lm.json's content
     (None after a single part other than report)."""
     global RUNS, OUT, HELDOUT
-    parser = argparse.ArgumentParser()
-    add_options(parser)
-    args = parser.parse_args([])
-    vars(args).update({k: v for k, v in options.items() if v is not None or k == "part"})
+    args = build_args(quick, seeds, **options)
     out = output_dir(out_dir, quick)
     if out != RESULTS.resolve():
         RUNS, OUT = out / "real_lm_runs", out / f"{NAME}.json"
@@ -673,7 +860,6 @@ def main(quick: bool = False, seeds=None, out_dir=RESULTS, **options) -> dict:
     torch.set_num_threads(args.threads)
     if quick:
         HELDOUT = 8
-        vars(args).update(QUICK)
     if quick or args.part is None:
         seeds = list(seeds) if seeds else ([0, 1] if quick else list(SEEDS))
         run_part(argparse.Namespace(**{**vars(args), "part": "base"}))
@@ -689,6 +875,8 @@ def main(quick: bool = False, seeds=None, out_dir=RESULTS, **options) -> dict:
         args.part = "report"
     if seeds and args.part == "run":
         args.seed = seeds[0]
+    if args.seed is None:
+        args.seed = 0
     run_part(args)
     return json.loads(OUT.read_text()) if args.part == "report" else None
 

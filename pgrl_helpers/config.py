@@ -15,10 +15,12 @@ Taught in notebook 07; also used in notebooks 04, 08, 09, 10, 11, 12, 15.
 
 from __future__ import annotations
 
+import difflib
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 
-from ._validate import check_choice, check_number
+from ._validate import check_bool, check_choice, check_number
 from .advantages import DELTA_MODES, GROUP_MODES, zero_deltas_reason
 from .autoregressive import check_autoregressive_fields
 from .covariance import check_clip_cov_fields
@@ -32,7 +34,6 @@ from .registry import (
     ADVANTAGE_ESTIMATORS,
     BATCH_FILTERS,
     MODELS,
-    POLICY_OBJECTIVES,
     ROLLOUT_SOURCES,
     TASKS,
 )
@@ -44,6 +45,14 @@ from .tool_task import check_tool_task_fields
 from .value import check_value_fields
 
 PROMPT_SOURCES: tuple[str, ...] = ("lecture", "random")
+
+#: (field, value) pairs that can give a negative reward: the position reward of 'sort_dedup'
+#: (correct positions minus extra tokens) and DAPO's overlong shaping (a penalty <= 0).
+NEGATIVE_REWARDS: tuple[tuple[str, str], ...] = (
+    ("reward_fn", "dedup_position_reward"),
+    ("batch_filter", "overlong_shaping"),
+    ("batch_filter", "dapo"),
+)
 
 #: The loss options' defaults: ``TrainConfig`` declares each ``LossOptions`` field with the
 #: default ``LossOptions`` gives it (one source; ``losses.loss_options`` copies them back).
@@ -161,7 +170,7 @@ class TrainConfig:
     advantage_estimator: str = "group"
     """How deltas are made: a key of ``registry.ADVANTAGE_ESTIMATORS`` ('group')."""
     importance_sampling_level: str = _LOSS_DEFAULTS.importance_sampling_level
-    """The loss's ratio pi / pi_old per 'token' or per 'sequence' (GSPO): ``POLICY_OBJECTIVES``."""
+    """The loss's ratio pi / pi_old per 'token' or per 'sequence' (GSPO): a loss option."""
     batch_filter: str = "none"
     """Which sampled groups the optimizer sees: a key of ``registry.BATCH_FILTERS``."""
     rollout_source: str = "on_policy"
@@ -245,15 +254,19 @@ class TrainConfig:
         """Weight of the KL term in the loss: kl_coef, or 0 when the KL is in the reward."""
         return 0.0 if self.kl_in_reward else self.kl_coef
 
-    def validate(self) -> None:
+    def validate(self, builds_task: bool = True, builds_policy: bool = True) -> None:
         """Raise ValueError/TypeError naming the first bad field; called before training.
 
         Each feature checks its own fields in its own module; this is the list.
+        ``builds_task`` / ``builds_policy`` False: the run is given its task / policy
+        (``run_policy_gradient(config, policy=..., task=...)``), so the fields that only
+        build the toy task (task, prompt_length, vocab_size, max_response_length, reward_fn)
+        / the toy model (model, embedding_dim, num_layers, num_heads) are not checked.
         """
-        self._validate_extension_points()
+        self._validate_extension_points(builds_task, builds_policy)
         self._validate_lecture_run()
-        self._validate_task()
-        self._validate_model()
+        self._validate_task(builds_task)
+        self._validate_model(builds_policy)
         self._validate_evaluation()
         check_loss_fields(self)  # loss_mode, epsilon ... kl_cov_coef (losses.LossOptions)
         check_choice(self.loss_aggregation, LOSS_AGGREGATIONS, "loss_aggregation")
@@ -263,13 +276,15 @@ class TrainConfig:
         check_off_policy_fields(self)  # the stale source and its corrections
         check_clip_cov_fields(self)  # remedy: Clip-Cov
         check_number(self.top_entropy_quantile, "top_entropy_quantile", 0, 1)  # remedy
+        self._refuse_ignored_settings()  # a setting the run would not read
 
-    def _validate_extension_points(self) -> None:
-        """Each registry name is one of its registry's keys."""
-        check_choice(self.task, TASKS, "task")
-        check_choice(self.model, MODELS, "model")
+    def _validate_extension_points(self, builds_task=True, builds_policy=True) -> None:
+        """Each registry name is one of its registry's keys (task / model: if built here)."""
+        if builds_task:
+            check_choice(self.task, TASKS, "task")
+        if builds_policy:
+            check_choice(self.model, MODELS, "model")
         check_choice(self.advantage_estimator, ADVANTAGE_ESTIMATORS, "advantage_estimator")
-        check_choice(self.importance_sampling_level, POLICY_OBJECTIVES, "importance_sampling_level")
         check_choice(self.batch_filter, BATCH_FILTERS, "batch_filter")
         check_choice(self.rollout_source, ROLLOUT_SOURCES, "rollout_source")
 
@@ -277,6 +292,7 @@ class TrainConfig:
         """deltas_mode, the loop's sizes, the entropy bonus; a group baseline needs G >= 2
         (with G = 1 it is the response's own reward: every delta 0, nothing trains)."""
         check_choice(self.deltas_mode, DELTA_MODES, "deltas_mode")
+        check_bool(self.detach_old_log_probs, "detach_old_log_probs")
         for name in ("num_epochs", "num_steps_per_epoch", "num_responses"):
             check_number(getattr(self, name), name, 1, low_inclusive=True, integer=True)
         check_number(self.entropy_coef, "entropy_coef", 0, low_inclusive=True)
@@ -294,11 +310,13 @@ class TrainConfig:
             if reason is not None:
                 raise ValueError(reason)
 
-    def _validate_task(self) -> None:
-        """Prompts and their source, the task / model pairing, the tool task, reward_fn."""
-        check_task_fields(self)  # prompt_length, vocab_size and the prompt space
-        check_autoregressive_fields(self)  # task / model pairing, max_response_length
-        check_tool_task_fields(self)  # mask_tool_tokens, the tool task's shape
+    def _validate_task(self, builds_task: bool = True) -> None:
+        """Prompts and their source, the task / model pairing, the tool task, reward_fn
+        (the toy task's fields only if ``builds_task``)."""
+        if builds_task:
+            check_task_fields(self)  # prompt_length, vocab_size and the prompt space
+            check_autoregressive_fields(self)  # task / model pairing, max_response_length
+            check_tool_task_fields(self)  # mask_tool_tokens, the tool task's shape
         check_choice(self.prompt_source, PROMPT_SOURCES, "prompt_source")
         check_number(
             self.prompts_per_epoch, "prompts_per_epoch", 1, low_inclusive=True, integer=True,
@@ -316,8 +334,8 @@ class TrainConfig:
                     "prompt_source 'lecture' always trains on its 3 prompts; leave "
                     f"prompts_per_epoch None (got {self.prompts_per_epoch})"
                 )
-        if self.task == "tool_compare":
-            pass  # its reward is fixed: 1 for the right final answer (reward_fn is unused)
+        if self.task == "tool_compare" or not builds_task:
+            pass  # its reward is fixed (tool_compare) / the given task has its own (reward_fn unused)
         elif isinstance(self.reward_fn, str):
             names = DEDUP_REWARD_FNS if self.task == "sort_dedup" else REWARD_FNS
             check_choice(self.reward_fn, names, "reward_fn")
@@ -326,20 +344,26 @@ class TrainConfig:
                 f"reward_fn must be a name or callable, got {type(self.reward_fn).__name__}"
             )
 
-    def _validate_model(self) -> None:
-        """The policy's sizes and learning rate; the transformers' heads divide d_model."""
-        for name in ("embedding_dim", "num_layers", "num_heads"):
+    def _validate_model(self, builds_policy: bool = True) -> None:
+        """The policy's sizes (if built here) and learning rate; heads divide d_model."""
+        for name in ("embedding_dim", "num_layers", "num_heads") if builds_policy else ():
             check_number(getattr(self, name), name, 1, low_inclusive=True, integer=True)
         check_number(self.learning_rate, "learning_rate", 0)
-        if self.model in ("transformer", "autoregressive") and self.embedding_dim % self.num_heads:
+        check_number(self.seed, "seed", 0, low_inclusive=True, integer=True)
+        transformer = self.model in ("transformer", "autoregressive")
+        if builds_policy and transformer and self.embedding_dim % self.num_heads:
             raise ValueError(
                 f"embedding_dim ({self.embedding_dim}) must be divisible by num_heads "
                 f"({self.num_heads}) for the transformer"
             )
 
     def _validate_evaluation(self) -> None:
-        """The held-out sets, the validation target and the epochs after it; threads."""
+        """The held-out sets and their seed, the validation target and the epochs after it;
+        the runtime fields (threads, the progress bar, timing)."""
         check_number(self.eval_every, "eval_every", 1, low_inclusive=True, integer=True)
+        check_number(self.eval_seed, "eval_seed", 0, low_inclusive=True, integer=True)
+        check_bool(self.progress, "progress")
+        check_bool(self.profile_time, "profile_time")
         for name in ("num_eval_prompts", "num_threads"):
             value = getattr(self, name)
             check_number(value, name, 1, low_inclusive=True, integer=True, allow_none=True)
@@ -352,6 +376,36 @@ class TrainConfig:
                 f"epochs_after_target={after} counts epochs after the target is reached: "
                 "set target_validation_exact_sort too"
             )
+
+    def _refuse_ignored_settings(self) -> None:
+        """Refuse a value the run would silently not read, or read with the wrong sign.
+
+        (Not yet: deltas_mode under advantage_estimator 'gae', which the critic's deltas
+        ignore; notebook 10 and bench_ppo_vs_grpo derive their PPO run from a GRPO config
+        that sets it, so refusing it needs their configs changed first.)
+
+        * kl_in_reward always puts k1 per token into the rewards: a kl_estimator other than
+          k1 (or the default) is not read;
+        * deltas_mode 'max_rewards' (the lecture's winner takes all) weights the best
+          responses by their own reward, so it needs rewards >= 0: with a reward that can be
+          negative (``NEGATIVE_REWARDS``) the best response would be pushed down.
+        """
+        default = {field.name: field.default for field in fields(TrainConfig)}
+        if self.kl_in_reward and self.kl_estimator not in (default["kl_estimator"], "k1"):
+            raise ValueError(
+                f"kl_estimator {self.kl_estimator!r} would be ignored: kl_in_reward always puts "
+                "k1 (log pi - log pi_ref per token, as in PPO-RLHF) into the rewards; set "
+                f"kl_estimator 'k1' or leave it at its default {default['kl_estimator']!r}"
+            )
+        if self.deltas_mode == "max_rewards":
+            for field, value in NEGATIVE_REWARDS:
+                if getattr(self, field) == value:
+                    raise ValueError(
+                        f"deltas_mode 'max_rewards' weights the best responses by their own "
+                        f"reward, and {field} {value!r} can make it negative (the best response "
+                        "would be pushed down): use deltas_mode 'centered_rewards' (or "
+                        "'normalized_rewards')"
+                    )
 
     @property
     def batch_prompts(self) -> int:
@@ -370,9 +424,13 @@ class TrainConfig:
         min(500, a tenth of the task's keys) each, so validation and test together hold out
         a fifth of the keys (multisets for 'sort').
         """
+        return self.heldout_size_for()
+
+    def heldout_size_for(self, task=None) -> int:
+        """``heldout_size`` with the keys of ``task`` (a given task; None: ``build_task()``)."""
         if self.num_eval_prompts is not None:
             return self.num_eval_prompts
-        keys = self.build_task().num_keys()
+        keys = (self.build_task() if task is None else task).num_keys()
         if self.prompt_source == "lecture":
             return min(1000, keys // 4)
         return max(1, min(500, keys // 10))
@@ -384,6 +442,32 @@ class TrainConfig:
     def build_policy(self):
         """The policy named by ``model``, initialised with ``seed``: ``registry.MODELS[model](self)``."""
         return MODELS[self.model](self)
+
+
+def unknown_field_message(name: str) -> str:
+    """'TrainConfig has no field NAME; did you mean CLOSEST?' (difflib's nearest field name)."""
+    names = [field.name for field in fields(TrainConfig)]
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]}?" if close else "config_fields() lists them"
+    return f"TrainConfig has no field {name!r}; {hint}"
+
+
+def _refuse_unknown_fields(init):
+    """``TrainConfig.__init__`` that names the closest field for a mistyped keyword (TypeError,
+    as the dataclass's own ``__init__`` raises), instead of Python's bare "unexpected keyword"."""
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        names = {field.name for field in fields(TrainConfig)}
+        for name in kwargs:
+            if name not in names:
+                raise TypeError(unknown_field_message(name))
+        init(self, *args, **kwargs)
+
+    return __init__
+
+
+TrainConfig.__init__ = _refuse_unknown_fields(TrainConfig.__init__)
 
 
 def config_fields() -> dict[str, str]:

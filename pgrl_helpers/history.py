@@ -132,8 +132,11 @@ class Run:
     per-epoch ``.value_losses``); ``validation_prompts`` int[n, prompt_pos] (the validation
     set, the only one the stopping rule reads); ``test_prompts`` int[n, prompt_pos] (the
     test set, disjoint from validation by key); ``train_prompts`` int[batch, prompt_pos]
-    (the lecture prompts, or the last random batch). A finished run's are
-    ``history.run.model``, ``history.run.validation_prompts``, ...
+    (the lecture prompts, or the last random batch); ``score_test`` (False: the held-out
+    evaluations skip the test set, ``run_policy_gradient(..., score_test=False)``);
+    ``optimizer``, ``generators`` ({'prompt', 'sample'}) and ``counters`` ({'step',
+    'responses_sampled'}): what ``training.loop_state`` saves to resume a run. A finished
+    run's are ``history.run.model``, ``history.run.validation_prompts``, ...
     """
 
     model: torch.nn.Module | None = None
@@ -142,6 +145,10 @@ class Run:
     validation_prompts: torch.Tensor | None = None
     test_prompts: torch.Tensor | None = None
     train_prompts: torch.Tensor | None = None
+    score_test: bool = True
+    optimizer: object = None
+    generators: dict | None = None
+    counters: dict | None = None
 
 
 class History(list):

@@ -20,7 +20,7 @@ groups than were sampled (dynamic sampling with ``dynamic_sampling_max_draws``) 
 ``rollout.resample(n)``, a ``Resampler`` the loop attaches: n fresh prompts drawn, sampled
 and scored exactly as the loop's step 2 does (held-out keys excluded, responses counted).
 
-Taught in notebook 11.
+Taught in notebook 11; also used in notebook 08.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Rollout:
     * ``metrics`` dict: extra step metrics the rollout source or filter reports (e.g. ESS)
     * ``resample`` a ``Resampler`` or None: draws more groups for a batch filter
 
-    Taught in notebook 11.
+    Taught in notebook 11; also used in notebook 08.
     """
 
     prompts: torch.Tensor
@@ -74,6 +74,22 @@ class Rollout:
         """batch x trial: responses in this rollout."""
         return self.responses.shape[0] * self.responses.shape[1]
 
+    def to(self, device: torch.device) -> Rollout:
+        """This rollout with every tensor on ``device`` (the policy's: ``policy_device``).
+
+        The loop calls it once per batch, right after the responses are scored: the policy,
+        the task and the estimator may have made their tensors anywhere, and from here on
+        the loss mixes them. A tensor already on ``device`` is kept as it is (no copy).
+        """
+
+        def move(x):
+            return x.to(device) if isinstance(x, torch.Tensor) else x
+
+        moved = Rollout(*(move(getattr(self, f)) for f in _FIELDS))
+        moved.metrics, moved.resample = self.metrics, self.resample
+        moved.token_entropy = move(self.token_entropy)
+        return moved
+
     def weighted(self, per_token_loss: torch.Tensor) -> torch.Tensor:
         """The per-token loss times ``loss_weights`` (unchanged when they are None)."""
         if self.loss_weights is None:
@@ -81,37 +97,66 @@ class Rollout:
         return per_token_loss * self.loss_weights
 
 
+_FIELDS = (
+    "prompts", "responses", "mask", "rewards", "deltas", "old_log_probs", "ref_log_probs",
+    "loss_weights",
+)  # fmt: skip
+
+
+def policy_device(policy) -> torch.device:
+    """The device the loop puts a policy's inputs on: ``policy.device`` if the policy declares
+    one, else the device of its first parameter, else the CPU."""
+    declared = getattr(policy, "device", None)
+    if declared is not None:
+        return torch.device(declared)
+    parameters = getattr(policy, "parameters", None)
+    first = next(parameters(), None) if callable(parameters) else None
+    return torch.device("cpu") if first is None else first.device
+
+
 class Resampler:
-    """Draws n fresh training groups as the loop's step 2 does, for a batch filter that must
-    refill its batch (DAPO's dynamic sampling).
+    """Draws n fresh training groups: the loop's step 2, and more groups for a batch filter
+    that must refill its batch (DAPO's dynamic sampling).
 
     ``resampler(n) -> Rollout`` (prompts, responses, mask, rewards): n prompts from
     ``task.training_prompts`` (never a key in ``history.heldout_keys``), recorded in ``history``
-    (``record_training_prompts``), G = ``history.config.num_responses`` responses each from
-    ``source``, scored by ``task.reward``; the responses are added to
-    ``counters["responses_sampled"]``. It shares the loop's generators, so the run stays
-    deterministic; ``draws`` counts the calls.
+    (``record_training_prompts``), moved to ``device`` (the policy's), G =
+    ``history.config.num_responses`` responses each from ``source``, scored by ``task.reward``;
+    the responses are added to ``counters["responses_sampled"]``. The rollout comes back with
+    every tensor on ``device`` (``Rollout.to``: the one place the loop moves a batch). It
+    shares the loop's generators, so the run stays deterministic; ``draws`` counts the calls
+    made by batch filters (the loop's own draw, ``draw``, is not counted).
     """
 
-    def __init__(self, task, source, history, prompt_generator, sample_generator, counters):
+    def __init__(self, task, source, history, prompt_generator, sample_generator, counters,
+                 device=None):  # fmt: skip
         self.task, self.source, self.history, self.counters = task, source, history, counters
         self.prompt_generator, self.sample_generator = prompt_generator, sample_generator
+        self.device = torch.device("cpu") if device is None else torch.device(device)
         self.draws = 0
 
     def __call__(self, n: int) -> Rollout:
         check_number(n, "n (prompts to draw)", 1, low_inclusive=True, integer=True)
+        self.draws += 1
+        return self.draw(n, "rewards of a resampled batch (dynamic sampling)")
+
+    def draw(self, n: int, where: str, clock=None) -> Rollout:
+        """n prompts drawn, sampled and scored; a reward function's ValueError names ``where``;
+        ``clock`` (a ``PhaseClock``), if given, laps 'sampling' before the scoring."""
         keys = self.history.heldout_keys
         prompts = self.task.training_prompts(n, self.prompt_generator, keys)
         self.history.record_training_prompts(prompts, self.task.prompt_key(prompts))
+        prompts = prompts.to(self.device)  # [batch, prompt_pos]
         group = self.history.config.num_responses
         responses, mask = self.source.sample(prompts, group, self.sample_generator)
         self.counters["responses_sampled"] += responses.shape[0] * responses.shape[1]
-        self.draws += 1
+        if clock is not None:
+            clock.lap("sampling")
         try:
             rewards = self.task.reward(prompts, responses)  # [batch, trial]
         except ValueError as err:
-            raise ValueError(f"rewards of a resampled batch (dynamic sampling): {err}") from err
-        return Rollout(prompts, responses, mask, rewards)
+            raise ValueError(f"{where}: {err}") from err
+        return Rollout(prompts, responses, mask, rewards).to(self.device)
 
 
 # --------------------------------------------------------------------------------------
@@ -230,7 +275,8 @@ def dynamic_sampling(rollout: Rollout, config=None, shaping=None) -> Rollout:
     if found == 0:
         rollout.metrics.update(metrics)
         return rollout
-    kept = select_groups(concat_rollouts(parts), torch.arange(found) < target)
+    merged = concat_rollouts(parts)
+    kept = select_groups(merged, torch.arange(found, device=merged.rewards.device) < target)
     kept.metrics.update(metrics)
     return kept
 
@@ -260,7 +306,10 @@ def overlong_penalty(
 
 
 def truncated_responses(rollout: Rollout, eos_token: int) -> torch.Tensor:
-    """bool[batch, trial]: responses cut off at the maximum length (no EOS anywhere)."""
+    """bool[batch, trial]: responses cut off at the maximum length (no EOS anywhere).
+
+    Taught in notebook 08.
+    """
     return ~(rollout.responses == eos_token).any(dim=-1)
 
 
@@ -280,7 +329,10 @@ def overlong_filtering(rollout: Rollout, config) -> Rollout:
     """DAPO's overlong filtering (arXiv 2503.14476, sec. 3.4): truncated responses (no EOS;
     EOS is token ``config.vocab_size``) get an all-zero mask, so no token of theirs enters
     the loss. Their rewards still count in the group baseline. If every response is
-    truncated the rollout is returned unchanged (a loss over no tokens is undefined)."""
+    truncated the rollout is returned unchanged (a loss over no tokens is undefined).
+
+    Taught in notebook 08.
+    """
     cut = truncated_responses(rollout, config.vocab_size)  # [batch, trial]
     if bool(cut.all()):
         return rollout
@@ -297,6 +349,17 @@ def dapo_filter(rollout: Rollout, config) -> Rollout:
 #: Filters that read EOS / the maximum length: the variable-length task only.
 OVERLONG_FILTERS: tuple[str, ...] = ("overlong_shaping", "overlong_filtering", "dapo")
 
+#: Filters that may leave a response with an all-zero mask row (no real token).
+ROW_EMPTYING_FILTERS: tuple[str, ...] = ("overlong_filtering",)
+
+#: Settings that average over each response's own real tokens, so an all-zero mask row
+#: breaks them: field -> (that value, what to use instead). Every other setting was run
+#: against emptied rows (``tests/integration/test_review_probes.py``).
+NEEDS_EVERY_ROW: dict[str, tuple[str, str]] = {
+    "loss_aggregation": ("sequence_mean", "'token_mean' or 'constant_normalizer'"),
+    "importance_sampling_level": ("sequence", "'token' (GSPO's s_i is a per-response mean)"),
+}
+
 
 def check_batch_filter_fields(config) -> None:
     """Raise naming the first bad batch-filter (DAPO) field of a ``TrainConfig``.
@@ -304,8 +367,9 @@ def check_batch_filter_fields(config) -> None:
     dynamic_sampling_max_draws an int >= 0, and > 0 only with a filter that refills the
     batch; overlong_penalty_factor a finite number >= 0; the overlong filters read EOS and
     the maximum length (task 'sort_dedup'), with overlong_buffer an int in 1 ..
-    response_length; overlong filtering can empty a response's mask, which
-    loss_aggregation 'sequence_mean' cannot average over.
+    response_length; a filter of ``ROW_EMPTYING_FILTERS`` can empty a response's mask, which
+    the settings of ``NEEDS_EVERY_ROW`` (sequence_mean, GSPO's sequence ratio) cannot average
+    over.
     """
     draws = config.dynamic_sampling_max_draws
     check_number(draws, "dynamic_sampling_max_draws", 0, low_inclusive=True, integer=True)
@@ -326,12 +390,17 @@ def check_batch_filter_fields(config) -> None:
             config.overlong_buffer, "overlong_buffer", 1, config.response_length,
             low_inclusive=True, integer=True, note="DAPO's L_cache, at most response_length",
         )  # fmt: skip
-    if config.batch_filter == "overlong_filtering" and config.loss_aggregation == "sequence_mean":
-        raise ValueError(
-            "batch_filter 'overlong_filtering' empties the mask of truncated responses, "
-            "which loss_aggregation 'sequence_mean' cannot average over: use 'token_mean' "
-            "or 'constant_normalizer'"
-        )
+    else:  # not read, but typed: a later switch to an overlong filter must not surprise
+        check_number(config.overlong_buffer, "overlong_buffer", 1, low_inclusive=True, integer=True)
+    if config.batch_filter in ROW_EMPTYING_FILTERS:
+        for field, (value, use_instead) in NEEDS_EVERY_ROW.items():
+            if getattr(config, field) == value:
+                raise ValueError(
+                    f"batch_filter {config.batch_filter!r} empties the mask of truncated "
+                    f"responses, and {field} {value!r} averages over each response's real "
+                    f"tokens, which such a response has none of: use {field} {use_instead}, "
+                    "or another batch_filter"
+                )
 
 
 def frac_reward_zero_std(rewards: torch.Tensor) -> float:

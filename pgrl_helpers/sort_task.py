@@ -151,12 +151,12 @@ def sort_inclusion_ordering_reward_batch(
     _check_batch(prompts, responses)
     batch, trial, pos = responses.shape
     if responses.numel() == 0 or prompts.numel() == 0:
-        return torch.zeros(batch, trial, dtype=torch.float32)
+        return torch.zeros(batch, trial, dtype=torch.float32, device=responses.device)
     if min(int(prompts.min()), int(responses.min())) < 0:
         raise ValueError("token ids must be >= 0 (negative ids in prompts or responses)")
     vocab = int(max(prompts.max(), responses.max())) + 1
     # in_response[b, t, v] = token v occurs somewhere in response (b, t)
-    in_response = torch.zeros(batch, trial, vocab, dtype=torch.bool)
+    in_response = torch.zeros(batch, trial, vocab, dtype=torch.bool, device=responses.device)
     in_response.scatter_(2, responses.long(), True)
     # inclusion[b, t] = number of prompt tokens (with repeats) found in response (b, t)
     prompt_index = prompts.long()[:, None, :].expand(batch, trial, prompts.shape[1])

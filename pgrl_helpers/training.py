@@ -25,12 +25,18 @@ out, each a field away:
 
 The loop talks to three interfaces and never asks which model or task it runs:
 
-* a **Task** (``config.build_task()``, see ``pgrl_helpers.task``): prompts, rewards,
-  the exact-answer check, the held-out key;
-* a **Policy** (``config.build_policy()``, see ``pgrl_helpers.policy``): sample,
-  per-token log-probs, entropy, greedy decoding;
+* a **Task** (``config.build_task()``, or ``task=``; see ``pgrl_helpers.task``): prompts,
+  rewards, the exact-answer check, the held-out key;
+* a **Policy** (``config.build_policy()``, or ``policy=``; see ``pgrl_helpers.policy``):
+  sample, per-token log-probs, entropy, greedy decoding;
 * a **Rollout** (``pgrl_helpers.rollout``): one epoch's prompts, responses, mask,
   rewards, deltas and frozen log-probs.
+
+The loop follows the policy's device (``rollout.policy_device``: a CUDA or MPS model trains
+where it is): the task draws prompts on the CPU, the loop moves them to the policy's device,
+and each scored batch is moved there once (``Rollout.to``, in ``Resampler.draw``), so the
+policy, the estimator and the loss see one device; the sampling generator lives there too.
+The held-out prompts are moved there for evaluation.
 
 Per epoch, the four steps the lecture names:
 
@@ -41,10 +47,12 @@ Per epoch, the four steps the lecture names:
 4. take ``num_steps_per_epoch`` optimizer steps on that batch, then let the estimator
    learn from it (``estimator.after_epoch``: PPO's critic steps; nothing for GRPO).
 
-Six named extension points, all in ``pgrl_helpers.registry``, each a dict keyed by a
+Five named extension points, all in ``pgrl_helpers.registry``, each a dict keyed by a
 ``TrainConfig`` field: ``TASKS`` (``task``), ``MODELS`` (``model``), ``ROLLOUT_SOURCES``
-(``rollout_source``), ``BATCH_FILTERS`` (``batch_filter``), ``ADVANTAGE_ESTIMATORS``
-(``advantage_estimator``) and ``POLICY_OBJECTIVES`` (``importance_sampling_level``).
+(``rollout_source``), ``BATCH_FILTERS`` (``batch_filter``) and ``ADVANTAGE_ESTIMATORS``
+(``advantage_estimator``). The policy objective is one call, ``objective.surrogate_loss``:
+``loss_mode`` picks the loss, and the ratio's level (``importance_sampling_level``) is one
+of its options.
 
 Taught in notebook 07; also used in notebooks 04, 08, 09, 10, 11, 12, 13, 15, 16.
 """
@@ -63,15 +71,15 @@ from .infra import PhaseClock
 from .kl import build_kl_controller, kl_per_response
 from .losses import compute_ratio
 from .masking import aggregate_loss
+from .objective import surrogate_loss
 from .policy import check_policy_fits
 from .registry import (
     BATCH_FILTERS,
-    POLICY_OBJECTIVES,
     ROLLOUT_SOURCES,
     OnPolicySource,
     build_estimator,
 )
-from .rollout import Resampler, Rollout, frac_reward_zero_std
+from .rollout import Resampler, Rollout, frac_reward_zero_std, policy_device
 
 
 class NonFiniteError(FloatingPointError):
@@ -82,6 +90,10 @@ def run_policy_gradient(
     config: TrainConfig,
     callback: Callable[[int, History], object] | None = None,
     policy: torch.nn.Module | None = None,
+    task=None,
+    *,
+    score_test: bool = True,
+    resume: dict | None = None,
 ) -> History:
     """Train a policy with GRPO-style policy gradients; return the history.
 
@@ -89,55 +101,67 @@ def run_policy_gradient(
     the estimator and the held-out prompts are ``history.run`` (``Run``).
     ``callback(epoch, history)`` runs after every epoch (and its evaluation, if any);
     returning True or "stop" ends the run. ``policy`` continues training a given policy
-    (it must implement ``Policy`` and fit every shape the config implies) instead of
-    building one. The same config (seed included) gives an identical history.
+    (it must implement ``Policy`` and fit the task's prompts and the config's response
+    length) instead of building one; ``task`` (a ``Task``, e.g. ``hf.real_lm_task.
+    RealLMSortTask``) is used instead of ``config.build_task()``. The config's fields that
+    only build the toy task / model are then not checked (``TrainConfig.validate``), and
+    with a given task the policy's own ``response_length`` is the run's. ``score_test``
+    False: the held-out evaluations score validation only (their ``test_*`` entries are
+    None), so a caller that scores the test split itself once never has it computed
+    earlier. ``resume``: a ``loop_state(history)`` saved from an earlier call with the same
+    config, policy and task (e.g. in a callback that then stopped the run): the run continues
+    after that state's last epoch and gives the history an uninterrupted run would have
+    (records, counts; the phase timings aside). The same config (seed included) gives an
+    identical history.
 
     Taught in notebook 07; also used in notebooks 08, 09, 10, 11, 12, 13, 15, 16.
     """
-    config.validate()
+    config.validate(builds_task=task is None, builds_policy=policy is None)
+    if task is not None and config.advantage_estimator == "gae":
+        raise ValueError(
+            "advantage_estimator 'gae' builds its critic from the config's toy task and model "
+            "fields (vocab_size, prompt_length, embedding_dim, ...): with a given task, use "
+            "'group'"
+        )
     threads_before = torch.get_num_threads()
     if config.num_threads is not None:
         torch.set_num_threads(config.num_threads)
     try:
-        return _train(config, callback, policy)
+        return _train(config, callback, policy, task, score_test, resume)
     finally:
         torch.set_num_threads(threads_before)
 
 
-def _score(task, prompts, responses, epoch: int, step: int) -> torch.Tensor:
-    """The task's rewards float[batch, trial]; a reward function's ValueError names where."""
-    try:
-        return task.reward(prompts, responses)
-    except ValueError as err:
-        raise ValueError(f"rewards at epoch {epoch}, step {step}: {err}") from err
-
-
-def _train(config: TrainConfig, callback, policy) -> History:
+def _train(config: TrainConfig, callback, policy, task=None, score_test=True, resume=None):
     """The loop (after validation and thread setup): read it top to bottom."""
-    task = config.build_task()
     policy = config.build_policy() if policy is None else policy
-    check_policy_fits(policy, config.vocab_size, config.prompt_length, config.response_length)
+    check_policy_fits(policy, *_shapes(config, policy, task))
+    task = config.build_task() if task is None else task
     policy.train()
+    device = policy_device(policy)  # every batch the policy, estimator and loss see goes here
     run = Run(model=policy)  # what is running: the objects the loop reads back
     history = History(config, run)  # what happened: the records and the counts
-    heldout_keys = _hold_out(run, history, task, config)  # validation + test, disjoint by key
+    _hold_out(run, history, task, config)  # validation + test, disjoint by key
     source = ROLLOUT_SOURCES[config.rollout_source](policy, config)
     batch_filter = BATCH_FILTERS[config.batch_filter]
     estimator = build_estimator(config.advantage_estimator, policy, config)
     run.advantage_estimator = estimator
-    objective = POLICY_OBJECTIVES[config.importance_sampling_level]
     kl_coef = build_kl_controller(config)  # beta: fixed, or adapted to config.kl_target
     optimizer = torch.optim.Adam(policy.parameters(), lr=config.learning_rate)
-    prompt_generator = torch.Generator().manual_seed(config.seed)
-    sample_generator = torch.Generator().manual_seed(config.seed + 1_000_003)
+    prompt_generator = torch.Generator().manual_seed(config.seed)  # the task draws on the CPU
+    sample_generator = torch.Generator(device=device).manual_seed(config.seed + 1_000_003)
     counters = {"step": 0, "responses_sampled": 0}
-    draw = Resampler(task, source, history, prompt_generator, sample_generator, counters)
+    draw = Resampler(task, source, history, prompt_generator, sample_generator, counters, device)
+    run.score_test, run.optimizer = score_test, optimizer
+    run.generators = {"prompt": prompt_generator, "sample": sample_generator}
+    run.counters = counters
+    first = _resume(resume, run, history, counters)  # 0, or the epoch a saved run stopped at
 
-    if _evaluate_on_schedule(run, history, task, config, 0, counters):
+    if first == 0 and _evaluate_on_schedule(run, history, task, config, 0, counters):
         history.stop_reason = "target"
         return history
     clock = PhaseClock(config.profile_time)
-    bar = tqdm(range(config.num_epochs), desc="epochs", disable=not config.progress)
+    bar = tqdm(range(first, config.num_epochs), desc="epochs", disable=not config.progress)
     for epoch in bar:
         clock.start()
         # 1. refresh the frozen reference model on schedule (only when the KL term is on)
@@ -145,14 +169,12 @@ def _train(config: TrainConfig, callback, policy) -> History:
             run.ref_model = _freeze(policy)
             history.ref_refresh_epochs.append(epoch)
 
-        # 2. sample G responses per prompt; score them once (deltas: after step 3)
-        prompts = task.training_prompts(config.batch_prompts, prompt_generator, heldout_keys)
-        history.record_training_prompts(prompts, task.prompt_key(prompts))  # [batch, prompt_pos]
-        responses, mask = source.sample(prompts, config.num_responses, sample_generator)
-        counters["responses_sampled"] += responses.shape[0] * responses.shape[1]
-        clock.lap("sampling")
-        rewards = _score(task, prompts, responses, epoch, counters["step"])  # [batch, trial]
-        rollout = batch_filter(Rollout(prompts, responses, mask, rewards, resample=draw), config)
+        # 2. sample G responses per prompt; score them once (deltas: after step 3). The batch
+        # comes back on the policy's device (``Resampler.draw``, the one place it moves).
+        where = f"rewards at epoch {epoch}, step {counters['step']}"
+        rollout = draw.draw(config.batch_prompts, where, clock)  # prompts, responses, mask, rewards
+        rollout.resample = draw
+        rollout = batch_filter(rollout, config)
         clock.lap("reward")
 
         # 3. frozen log-probs of the sampling policy and of the reference model; deltas.
@@ -175,7 +197,7 @@ def _train(config: TrainConfig, callback, policy) -> History:
             _check_finite(log_probs.detach(), "log-probs", *where)
             if reuse:  # the policy has not moved since sampling: pi_old = pi_theta, detached
                 rollout.old_log_probs = log_probs.detach()
-            loss, loss_metrics = objective(log_probs, rollout, config)  # loss: [batch, trial, pos]
+            loss, loss_metrics = surrogate_loss(log_probs, rollout, config)  # [batch, trial, pos]
             loss = aggregate_loss(rollout.weighted(loss), rollout.mask, config.loss_aggregation)
             kl = None
             if config.kl_coef > 0:
@@ -220,6 +242,66 @@ def _train(config: TrainConfig, callback, policy) -> History:
 # --------------------------------------------------------------------------------------
 # The pieces the loop calls
 # --------------------------------------------------------------------------------------
+
+
+def loop_state(history: History) -> dict:
+    """What ``run_policy_gradient(..., resume=...)`` needs to continue a run after its last
+    epoch (save it with ``torch.save``): the epochs done, the policy's trainable parameters,
+    the Adam state, the generators' and torch's RNG states, the counters, the records and the
+    history's counts. Only for runs without a frozen reference (``kl_coef`` 0), with the
+    'group' estimator and the on-policy source: their other state is rebuilt identically."""
+    config, run = history.config, history.run
+    _check_resumable(config)
+    steps = history.steps()
+    policy = run.model
+    return {
+        "epochs_done": steps[-1]["epoch"] + 1 if steps else 0,
+        "parameters": {
+            name: p.detach().clone() for name, p in policy.named_parameters() if p.requires_grad
+        },
+        "optimizer": run.optimizer.state_dict(),
+        "generators": {k: g.get_state() for k, g in run.generators.items()},
+        "torch_rng": torch.get_rng_state(),
+        "counters": dict(run.counters),
+        "records": [dict(r) for r in history],
+        "history": {
+            k: v for k, v in vars(history).items() if k not in ("config", "run", "stop_reason")
+        },
+    }
+
+
+def _check_resumable(config: TrainConfig) -> None:
+    if config.kl_coef > 0 or config.advantage_estimator != "group":
+        raise ValueError(
+            "a run can be resumed only without a KL term (kl_coef 0) and with the 'group' "
+            "estimator: the reference model and the critic are not saved"
+        )
+    if config.rollout_source != "on_policy" or config.batch_filter != "none":
+        raise ValueError("a run can be resumed only with rollout_source 'on_policy' and "
+                         "batch_filter 'none'")  # fmt: skip
+
+
+def _resume(state: dict | None, run, history: History, counters: dict) -> int:
+    """Load a ``loop_state`` into the freshly built run; return the first epoch to run."""
+    if state is None:
+        return 0
+    _check_resumable(history.config)
+    policy = run.model
+    trainable = {n for n, p in policy.named_parameters() if p.requires_grad}
+    if set(state["parameters"]) != trainable:
+        raise ValueError("the saved state's parameters are not this policy's trainable ones")
+    with torch.no_grad():
+        named = dict(policy.named_parameters())
+        for name, value in state["parameters"].items():
+            named[name].copy_(value)
+    run.optimizer.load_state_dict(state["optimizer"])
+    for name, generator in run.generators.items():
+        generator.set_state(state["generators"][name])
+    torch.set_rng_state(state["torch_rng"])
+    counters.update(state["counters"])
+    history.extend(dict(r) for r in state["records"])
+    vars(history).update(state["history"])
+    return state["epochs_done"]
 
 
 def _step_record(rollout: Rollout, log_probs, loss, kl, entropy, grad_norm, loss_metrics) -> dict:
@@ -299,15 +381,22 @@ def _evaluate_on_schedule(run, history, task, config, epochs_done: int, counters
 
 
 def _evaluate(run, history, task, config, epochs_done, step, responses_sampled) -> bool:
-    """Append an eval record of ``run.model``; True if the stopping target is reached."""
+    """Append an eval record of ``run.model``; True if the stopping target is reached.
+
+    The prompts go to the policy's device; the test set is scored only if ``run.score_test``
+    (else its entries are None)."""
+    device = policy_device(run.model)
     try:
-        scores = evaluate_greedy(run.model, run.validation_prompts, task)
-        test = evaluate_greedy(run.model, run.test_prompts, task)  # never read below
+        scores = evaluate_greedy(run.model, run.validation_prompts.to(device), task)
+        test = {"exact_sort": None, "mean_reward": None}
+        if run.score_test:
+            test = evaluate_greedy(run.model, run.test_prompts.to(device), task)  # never read
     except ValueError as err:
         raise ValueError(f"held-out evaluation after {epochs_done} epochs: {err}") from err
     train = None
     if task.fixed_prompts is not None:
-        train = evaluate_greedy(run.model, task.fixed_prompts, task)["exact_sort"]
+        fixed = task.fixed_prompts.to(device)
+        train = evaluate_greedy(run.model, fixed, task)["exact_sort"]
     history.append(
         {
             "kind": "eval",
@@ -349,14 +438,38 @@ def heldout_split(config: TrainConfig, task=None) -> tuple[torch.Tensor, torch.T
     """The run's (validation, test) prompts int64[n, prompt_pos], n = ``config.heldout_size``.
 
     Disjoint by the task's key and drawn with ``config.eval_seed``: the same sets for every
-    training seed, and the loop never trains on a prompt with one of their keys.
+    training seed, and the loop never trains on a prompt with one of their keys. ``task``:
+    the run's task (None: ``config.build_task()``).
 
     Taught in notebook 04.
     """
     task = config.build_task() if task is None else task
-    sizes = (config.heldout_size, config.heldout_size)
+    size = config.heldout_size_for(task)
+    sizes = (size, size)
     validation, test = task.heldout_split(sizes, config.eval_seed)
     return validation, test
+
+
+def _shapes(config: TrainConfig, policy, task) -> tuple[int, int, int]:
+    """(vocab_size, prompt_length, response_length) the policy must fit: the config's, or
+    with a given ``task`` its prompts' and the policy's own response length (an int >= 1, at
+    least the task's ``min_response_length`` if it has one)."""
+    if task is None:
+        return config.vocab_size, config.prompt_length, config.response_length
+    length = getattr(policy, "response_length", None)
+    if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+        raise ValueError(
+            f"the given policy ({type(policy).__name__}) must say how many response slots it "
+            f"writes: response_length an int >= 1, got {length!r}"
+        )
+    needed = getattr(task, "min_response_length", None)
+    if needed is not None and length < needed:
+        raise ValueError(
+            f"the given policy writes at most {length} response tokens, but task "
+            f"{getattr(task, 'name', type(task).__name__)!r} needs {needed} (its longest "
+            "accepted answer plus EOS): a longer answer would be cut off and scored 0"
+        )
+    return task.vocab_size, task.prompt_length, length
 
 
 def _check_finite_parameters(policy, epoch: int, step: int) -> None:

@@ -206,14 +206,11 @@ def part_loop(args) -> dict:
     template = T.PROMPT_TEMPLATES["issue"]
     policy = R.ChatLMPolicy(model, tokenizer, template, max_new_tokens=args.reply_tokens)
     task = T.RealLMSortTask(tokenizer, weights=WEIGHTS)
-    config = TrainConfig(
-        task="real_lm_sort", model="autoregressive", prompt_source="random",
-        prompt_length=T.MAX_NUMBERS, vocab_size=T.ABSENT + 1,
-        max_response_length=args.reply_tokens, embedding_dim=16, num_heads=2,
-        prompts_per_epoch=args.prompts, num_responses=args.group, num_epochs=args.steps,
-        num_steps_per_epoch=1, learning_rate=args.learning_rate, eval_every=10_000,
-        num_eval_prompts=1, eval_seed=T.SPLIT_SEED + 777, num_threads=args.threads,
-        profile_time=True,
+    config = TrainConfig(  # the task and the policy are given: no toy-model field
+        prompt_source="random", prompts_per_epoch=args.prompts, num_responses=args.group,
+        num_epochs=args.steps, num_steps_per_epoch=1, learning_rate=args.learning_rate,
+        eval_every=10_000, num_eval_prompts=1, eval_seed=T.SPLIT_SEED + 777,
+        num_threads=args.threads, profile_time=True,
     )  # fmt: skip
     marks = []
 
@@ -221,8 +218,7 @@ def part_loop(args) -> dict:
         marks.append((clocks(), history.steps()[-1]))
 
     start = clocks()
-    with T.registry_with_real_lm(task):
-        run_policy_gradient(config, callback=callback, policy=policy)
+    run_policy_gradient(config, callback=callback, policy=policy, task=task, score_test=False)
     total = since(start)
     steps = [  # between two callbacks: one epoch, unless the later one ran the final evaluation
         {"seconds": round(b[0] - a[0], 2), "cpu_seconds": round(b[1] - a[1], 2)}

@@ -113,7 +113,8 @@ def test_count_correct_counts_only_correct_terminated_answers():
             super().__init__()
             self.tok, self.truncate = tokenizer, truncate
 
-        def forward(self, input_ids, cache=None, use_cache=True):
+        def forward(self, input_ids, past_key_values=None, use_cache=True):
+            cache = past_key_values
             if cache is None:
                 words = self.tok.convert_ids_to_tokens(input_ids[0].tolist())
                 digits = [int(w) for w in words if w.isdigit()]
@@ -125,7 +126,7 @@ def test_count_correct_counts_only_correct_terminated_answers():
             cache["i"] += 1
             logits = torch.full((input_ids.shape[0], 1, len(self.tok)), -1e9)
             logits[:, :, tok] = 0.0
-            return type("Out", (), {"cache": cache, "logits": logits})()
+            return type("Out", (), {"past_key_values": cache, "logits": logits})()
 
     tokenizer = ck.build_tokenizer()
     problems = [(0, 1, 5), (2, 2, 3, 4)]
@@ -174,7 +175,8 @@ class TextOracle(torch.nn.Module):
         self.anchor = torch.nn.Parameter(torch.zeros(1, device=device))
         self.input_devices = []
 
-    def forward(self, input_ids, cache=None, use_cache=True):
+    def forward(self, input_ids, past_key_values=None, use_cache=True):
+        cache = past_key_values
         self.input_devices.append(input_ids.device)
         if self.anchor.device.type == "meta":
             raise self.ReachedTheModel
@@ -187,7 +189,9 @@ class TextOracle(torch.nn.Module):
         cache["i"] += 1
         logits = torch.full((input_ids.shape[0], 1, len(self.tok)), -1e9)
         logits[:, :, plan[min(step, len(plan) - 1)]] = 0.0
-        return type("Out", (), {"cache": cache, "logits": logits.to(self.anchor.device)})()
+        return type(
+            "Out", (), {"past_key_values": cache, "logits": logits.to(self.anchor.device)}
+        )()
 
 
 def test_count_correct_reads_a_byte_level_bpe_tokenizer():

@@ -65,6 +65,10 @@ def test_what_happened_and_what_is_running_are_kept_apart(tiny_config):
         "validation_prompts",
         "test_prompts",
         "train_prompts",
+        "score_test",
+        "optimizer",
+        "generators",
+        "counters",
     ]
     config = tiny_config("lecture", num_epochs=2, kl_coef=0.1)
     history = run_policy_gradient(config)

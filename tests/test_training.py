@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 import torch
 
+from pgrl_helpers import training
 from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.history import EVAL_KEYS, METRICS, STEP_KEYS, history_columns
 from pgrl_helpers.models import SortTransformer
@@ -258,3 +259,39 @@ def test_sort_transformer_shapes_seed_and_permutation_invariance():
         model(prompts[:, :4])
     with pytest.raises(ValueError, match="divisible"):
         SortTransformer(10, 5, d_model=30, num_heads=4)
+
+
+def test_a_stopped_run_resumed_from_its_loop_state_has_the_uninterrupted_history(tiny_config):
+    """Issue 46, item 6: stop after 2 of 4 epochs in a callback, save ``loop_state`` (through
+    ``torch.save``), rebuild the policy, resume: every record (the phase timings aside) and
+    count equals the uninterrupted run's, and so do the final parameters."""
+    import io
+
+    config = tiny_config("lecture", num_epochs=4, eval_every=2, seed=3)
+    whole = training.run_policy_gradient(config)
+    saved = {}
+
+    def stop_after_two(epoch, history):
+        if epoch == 1:
+            buffer = io.BytesIO()
+            torch.save(training.loop_state(history), buffer)
+            saved["state"] = buffer.getvalue()
+            return "stop"
+        return None
+
+    first = training.run_policy_gradient(config, stop_after_two)
+    assert first.stop_reason == "callback" and first.steps()[-1]["epoch"] == 1
+    state = torch.load(io.BytesIO(saved["state"]), weights_only=False)
+    resumed = training.run_policy_gradient(config, resume=state)
+    assert [dict(r) for r in resumed] == [dict(r) for r in whole]
+    assert resumed.num_train_prompts == whole.num_train_prompts
+    assert resumed.stop_reason == whole.stop_reason == "max_epochs"
+    for a, b in zip(whole.run.model.parameters(), resumed.run.model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_loop_state_refuses_what_it_does_not_save(tiny_config):
+    config = tiny_config("lecture", num_epochs=1, kl_coef=0.04)
+    history = training.run_policy_gradient(config)
+    with pytest.raises(ValueError, match="kl_coef 0"):
+        training.loop_state(history)

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from .._validate import check_number, check_positive_ints
+from .common import kv_cache, model_device, right_padded
 
 PAD, EOS, START = "<pad>", "<|im_end|>", "<|im_start|>"
 ROLES = ("system", "user", "assistant")
@@ -250,20 +251,13 @@ def _prompt_ids(tokenizer, numbers: tuple[int, ...]) -> tuple[int, ...]:
 
 def sft_batch(tokenizer, multisets, batch: int, rng: random.Random):
     """input_ids, attention_mask, labels [batch, pos]: prompt + answer + EOS, loss on the answer."""
-    rows, labels = [], []
+    prompts, answers = [], []
     for _ in range(batch):
         numbers = order(rng.choice(multisets), rng)
-        p = prompt_ids(tokenizer, numbers)
-        a = [tokenizer.convert_tokens_to_ids(str(x)) for x in key(numbers)]
-        a = a + [tokenizer.eos_token_id]
-        rows.append(p + a)
-        labels.append([-100] * len(p) + a)
-    width = max(len(r) for r in rows)
-    pad = tokenizer.pad_token_id
-    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
-    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
-    lab = torch.tensor([r + [-100] * (width - len(r)) for r in labels])
-    return ids, mask, lab
+        prompts.append(prompt_ids(tokenizer, numbers))
+        digits = [tokenizer.convert_tokens_to_ids(str(x)) for x in key(numbers)]
+        answers.append(digits + [tokenizer.eos_token_id])
+    return right_padded(prompts, answers, tokenizer.pad_token_id)
 
 
 def sft(model, tokenizer, multisets, config: CheckpointConfig) -> list[float]:
@@ -340,20 +334,6 @@ def load(path):
 # ----------------------------------------------------------------------------- pass@k sampling
 
 
-def _cache(out):
-    """The KV cache of a forward output (transformers 5 names it ``cache``)."""
-    cache = getattr(out, "cache", None)
-    if cache is None:
-        raise ValueError("the model returned no KV cache (use_cache=True was ignored)")
-    return cache
-
-
-def model_device(model) -> torch.device:
-    """The device of the model's first parameter, where its inputs must go (CPU without any)."""
-    first = next(model.parameters(), None)
-    return torch.device("cpu") if first is None else first.device
-
-
 def completion_answer(tokenizer, seq: list[int]) -> list[int] | None:
     """The digits a completion names (``parse_answer``), or None if it did not end its turn.
 
@@ -389,7 +369,7 @@ def sample_completions(
     device = model_device(model)
     ids = torch.tensor([prompt_ids(tokenizer, numbers)] * n, device=device)
     out = model(input_ids=ids, use_cache=True)
-    past, logits = _cache(out), out.logits[:, -1]
+    past, logits = kv_cache(out), out.logits[:, -1]
     done = torch.zeros(n, dtype=torch.bool, device=device)
     tokens = []
     length = torch.zeros(n, device=device)
@@ -407,8 +387,8 @@ def sample_completions(
         done = done | (nxt == eos)
         if bool(done.all()):
             break
-        out = model(input_ids=nxt[:, None], cache=past, use_cache=True)
-        past, logits = _cache(out), out.logits[:, -1]
+        out = model(input_ids=nxt[:, None], past_key_values=past, use_cache=True)
+        past, logits = kv_cache(out), out.logits[:, -1]
     seqs = [s[: s.index(eos) + 1] if eos in s else s for s in torch.stack(tokens, 1).tolist()]
     return {
         "tokens": seqs,

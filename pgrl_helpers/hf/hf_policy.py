@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from .._validate import check_integer, check_ndim, check_positive_ints, check_token_range
-from ..masking import masked_mean
+from .common import LogSoftmaxPolicy, kv_cache
 from .trl_bridge import SEP_TOKEN, SPECIAL_TOKENS
 
 #: Logit bias of a non-digit token under ``constrain_to_digits``: exp(-1e4) is 0 in float32,
@@ -60,7 +60,7 @@ def constrain_to_digits(model, tokenizer):
     return model
 
 
-class HFSortPolicy(nn.Module):
+class HFSortPolicy(LogSoftmaxPolicy):
     """A causal LM + word-level sort tokenizer behind the ``Policy`` interface.
 
     ``model`` is a ``transformers`` causal LM (e.g. ``trl_bridge.build_tiny_gpt2``) whose
@@ -84,7 +84,6 @@ class HFSortPolicy(nn.Module):
         self.response_length = prompt_length
         self.register_buffer("digit_ids", digits, persistent=False)
         self.sep_id = tokenizer.convert_tokens_to_ids(SEP_TOKEN)
-        self._logits_cache = None  # (prompts, responses, log-softmax) of the last log_probs call
 
     # ---- tokens -----------------------------------------------------------------------
 
@@ -97,25 +96,33 @@ class HFSortPolicy(nn.Module):
             raise ValueError(
                 f"prompts have {prompts.shape[1]} positions, the policy {self.prompt_length}"
             )
-        sep = torch.full((prompts.shape[0], 1), self.sep_id, dtype=torch.long)
-        return torch.cat([self.digit_ids[prompts.long()], sep], dim=1)
+        device = self.digit_ids.device  # the model's
+        sep = torch.full((prompts.shape[0], 1), self.sep_id, dtype=torch.long, device=device)
+        return torch.cat([self.digit_ids[prompts.long().to(device)], sep], dim=1)
 
-    def _decode(self, prompts, num_samples, generator, greedy: bool) -> torch.Tensor:
-        """Token by token with the model's KV cache: each step feeds only the newest token."""
+    def _decode(self, prompts, num_samples, generator, greedy: bool):
+        """Token by token with the model's KV cache: each step feeds only the newest token.
+        (responses int64[batch, trial, pos], mask float32[...] of ones), on the model's device;
+        the draws on ``generator``'s device (the probabilities are moved there)."""
         ids = self.prompt_ids(prompts).repeat_interleave(num_samples, dim=0)  # [batch*trial, seq]
+        device = ids.device
         values, cache = [], None
         with torch.no_grad():
             for _ in range(self.response_length):
-                out = self.model(input_ids=ids, cache=cache, use_cache=True)
-                cache = out.cache
+                out = self.model(input_ids=ids, past_key_values=cache, use_cache=True)
+                cache = kv_cache(out)
                 log_probs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)[:, self.digit_ids]
                 if greedy:
                     value = log_probs.argmax(dim=-1)
                 else:
-                    value = torch.multinomial(log_probs.exp(), 1, generator=generator)[:, 0]
+                    probs = log_probs.exp()
+                    if generator is not None:
+                        probs = probs.to(generator.device)
+                    value = torch.multinomial(probs, 1, generator=generator)[:, 0].to(device)
                 values.append(value)
                 ids = self.digit_ids[value][:, None]  # [batch*trial, 1]: the cache holds the rest
-        return torch.stack(values, dim=-1).reshape(prompts.shape[0], num_samples, -1)
+        responses = torch.stack(values, dim=-1).reshape(prompts.shape[0], num_samples, -1)
+        return responses, torch.ones(responses.shape, dtype=torch.float32, device=device)
 
     def _log_softmax(self, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
         """Full-vocabulary log-softmax at each response slot, float[batch, trial, pos, vocab]."""
@@ -126,49 +133,20 @@ class HFSortPolicy(nn.Module):
         ids = torch.cat(
             [
                 self.prompt_ids(prompts).repeat_interleave(trial, dim=0),
-                self.digit_ids[responses.reshape(batch * trial, pos).long()],
+                self._token_ids(responses.reshape(batch * trial, pos)),
             ],
             dim=1,
         )
         logits = self.model(input_ids=ids).logits[:, -pos - 1 : -1].float()  # token t <- t - 1
         return torch.log_softmax(logits, dim=-1).reshape(batch, trial, pos, -1)
 
-    # ---- the Policy interface (pgrl_helpers.policy) -----------------------------------
+    def _token_ids(self, responses: torch.Tensor) -> torch.Tensor:
+        """Task values -> the model's token ids (``digit_ids``), on the model's device."""
+        return self.digit_ids[responses.long().to(self.digit_ids.device)]
+
+    # ---- the Policy interface (pgrl_helpers.policy); log_probs, token_entropy,
+    # mean_entropy and greedy: ``common.LogSoftmaxPolicy``
 
     def sample(self, prompts, num_samples, generator=None):
         """(responses int64[batch, trial, pos], mask float32[batch, trial, pos] of ones)."""
-        responses = self._decode(prompts, num_samples, generator, greedy=False)
-        return responses, torch.ones(responses.shape, dtype=torch.float32)
-
-    def log_probs(self, prompts, responses):
-        """log pi(response token | prompt, earlier tokens), float[batch, trial, pos]."""
-        full = self._log_softmax(prompts, responses)
-        self._logits_cache = (prompts, responses, full)
-        ids = self.digit_ids[responses.long()]
-        return full.gather(-1, ids[..., None]).squeeze(-1)
-
-    def token_entropy(self, prompts, responses):
-        """Entropy (nats) at each response slot, float[batch, trial, pos].
-
-        Reuses the forward pass of a ``log_probs`` call on the very same tensors just before
-        (the loop's order: loss, then entropy bonus), once; else runs its own.
-        """
-        cache, self._logits_cache = self._logits_cache, None
-        if cache is not None and cache[0] is prompts and cache[1] is responses:
-            full = cache[2]
-        else:
-            full = self._log_softmax(prompts, responses)
-        return -(full.exp() * full).sum(dim=-1)
-
-    def mean_entropy(self, prompts, responses, mask):
-        """Mean token entropy over the real tokens (scalar, differentiable)."""
-        return masked_mean(self.token_entropy(prompts, responses), mask)
-
-    def greedy(self, prompts):
-        """Argmax decoding, int64[batch, 1, pos]."""
-        was_training = self.training
-        self.eval()
-        try:
-            return self._decode(prompts, 1, None, greedy=True)
-        finally:
-            self.train(was_training)
+        return self._decode(prompts, num_samples, generator, greedy=False)

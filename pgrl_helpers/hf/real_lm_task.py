@@ -15,16 +15,18 @@ and is a list of numbers only, ``parse_answer``), ``exact`` (it is the sorted li
 sort-distance reward over max(reply length, list length)). How to combine them is the
 reward design of the training run (``combined_reward`` takes the weights).
 
-``registry_with_real_lm(task)`` lets ``run_policy_gradient`` build the task. The model, its
-generation and ``ChatLMPolicy`` are in ``real_lm.py``; the tests are
-tests/integration/test_real_lm.py. Needs only torch (a tokenizer is passed in).
+The reply budget comes from the tokenizer (``reply_budget``): the tokens of the longest answer
+the parser accepts, plus EOS; ``RealLMSortTask.min_response_length`` is that budget, and
+``run_policy_gradient(config, policy=ChatLMPolicy(...), task=RealLMSortTask(...))`` refuses a
+policy with fewer reply tokens before any work. The model, its generation and
+``ChatLMPolicy`` are in ``real_lm.py``; the tests are tests/integration/test_real_lm.py. Needs
+only torch (a tokenizer is passed in).
 
 Taught in notebook 16.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
 import re
@@ -128,6 +130,44 @@ def parse_answer(text: str) -> list[int] | None:
     return [int(x) for x in re.findall(r"\d+", body)]
 
 
+#: The ways a list can be written that ``parse_answer`` accepts, in canonical form: three
+#: separators (comma and space, comma, space) times the optional brackets and full stop.
+ANSWER_FORMATS = tuple(
+    (left + "{}" + right + stop, sep)
+    for sep in (", ", ",", " ")
+    for left, right in (("", ""), ("[", "]"))
+    for stop in ("", ".")
+)
+
+
+def reply_budget(tokenizer) -> dict:
+    """The reply tokens a chat model needs to answer every prompt in any accepted format:
+    {'tokens': the longest accepted answer's tokens + 1 (EOS), 'answer': that answer,
+    'reason': a sentence}. Answers are the ``MAX_NUMBERS``-number lists of each digit and two
+    mixed lists, in every ``ANSWER_FORMATS`` form that the tokenizer writes back as the same
+    list (a form the tokenizer cannot write, e.g. unknown tokens, is not counted)."""
+    lists = [[v] * MAX_NUMBERS for v in VALUES]
+    lists += [list(range(MAX_NUMBERS)), list(range(10 - MAX_NUMBERS, 10))]
+    longest, answer = 0, None
+    for numbers in lists:
+        for form, sep in ANSWER_FORMATS:
+            text = form.format(sep.join(map(str, numbers)))
+            ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+            unknown = tokenizer.unk_token_id is not None and tokenizer.unk_token_id in ids
+            back = tokenizer.decode(ids, skip_special_tokens=False)
+            if unknown or parse_answer(back) != numbers:
+                continue
+            if len(ids) > longest:
+                longest, answer = len(ids), text
+    if answer is None:
+        raise ValueError("the tokenizer cannot write a list of numbers in any accepted format")
+    return {
+        "tokens": longest + 1,
+        "answer": answer,
+        "reason": f"the longest accepted answer, {answer!r}, is {longest} tokens, plus EOS",
+    }
+
+
 def partial_credit(numbers, answer: list[int] | None) -> float:
     """Fraction of positions holding the sorted list's number, over max(len(answer), len(list)):
     notebook 01's sort-distance reward for replies of any length. 0 for None."""
@@ -159,6 +199,12 @@ def combined_reward(scores: dict[str, float], weights: dict[str, float]) -> floa
     unknown = set(weights) - {"exact", "partial", "format"}
     if unknown:
         raise ValueError(f"unknown reward names {sorted(unknown)}; valid: exact, partial, format")
+    if not weights:
+        raise ValueError("weights is empty: name at least one of exact, partial, format")
+    for name, weight in weights.items():
+        check_number(weight, f"weights[{name!r}]", 0, low_inclusive=True)
+    if not any(weights.values()):
+        raise ValueError(f"weights are all 0 ({weights}): every reward would be 0")
     return sum(float(w) * scores[k] for k, w in weights.items())
 
 
@@ -228,6 +274,17 @@ class RealLMSortTask(PromptTask):
         self.tokenizer = tokenizer
         self.weights = {"exact": 1.0} if weights is None else dict(weights)
         combined_reward({"exact": 0.0, "partial": 0.0, "format": 0.0}, self.weights)  # check
+        self._budget = None
+
+    @property
+    def min_response_length(self) -> int | None:
+        """Reply tokens a policy must be allowed (``reply_budget``; None without a tokenizer).
+        ``run_policy_gradient`` refuses a policy with a smaller ``response_length``."""
+        if self.tokenizer is None:
+            return None
+        if self._budget is None:
+            self._budget = reply_budget(self.tokenizer)
+        return self._budget["tokens"]
 
     # ---- held out by content ----------------------------------------------------------
 
@@ -288,7 +345,8 @@ class RealLMSortTask(PromptTask):
     # ---- rewards ----------------------------------------------------------------------
 
     def scores(self, prompts: torch.Tensor, responses: torch.Tensor) -> dict[str, torch.Tensor]:
-        """{'exact', 'partial', 'format'}: float32[batch, trial] each (``score_reply``)."""
+        """{'exact', 'partial', 'format'}: float32[batch, trial] each (``score_reply``), on
+        the responses' device."""
         if self.tokenizer is None:
             raise ValueError("RealLMSortTask needs the tokenizer to score responses")
         check_ndim(responses, 3, "responses", "batch, trial, pos")
@@ -306,7 +364,9 @@ class RealLMSortTask(PromptTask):
             for i, (text, done) in enumerate(zip(texts, finished))
         ]
         return {
-            k: torch.tensor([r[k] for r in rows], dtype=torch.float32).reshape(-1, trial)
+            k: torch.tensor(
+                [r[k] for r in rows], dtype=torch.float32, device=responses.device
+            ).reshape(-1, trial)
             for k in ("exact", "partial", "format")
         }
 
@@ -324,38 +384,16 @@ class RealLMSortTask(PromptTask):
 
 
 def decode_replies(tokenizer, tokens: torch.Tensor) -> tuple[list[str], list[bool]]:
-    """(text before the first EOS, whether there was an EOS) of each row of int[n, pos];
-    decoded with ``skip_special_tokens=True`` as TRL decodes completions."""
+    """(text before the first EOS, whether there was an EOS) of each row of int[n, pos].
+
+    ``finished`` is read on the raw ids. The text keeps any other special token written
+    (``skip_special_tokens=False``; TRL skips them), so that a reply such as
+    ``'1, 2<|im_start|>, 3'`` is no list of numbers for ``parse_answer``, not [1, 2, 3]."""
     check_ndim(tokens, 2, "tokens", "n, pos")
     eos = tokenizer.eos_token_id
     texts, finished = [], []
     for row in tokens.tolist():
         cut = row.index(eos) if eos in row else len(row)
-        texts.append(tokenizer.decode(row[:cut], skip_special_tokens=True))
+        texts.append(tokenizer.decode(row[:cut], skip_special_tokens=False))
         finished.append(cut < len(row))
     return texts, finished
-
-
-# ----------------------------------------------------------------------------- the loop's registry
-
-
-@contextlib.contextmanager
-def registry_with_real_lm(task: RealLMSortTask):
-    """Within the block, ``TrainConfig(task='real_lm_sort', model='autoregressive', ...)``
-    builds ``task`` and takes ``max_response_length``, so ``run_policy_gradient(config,
-    policy=ChatLMPolicy(...))`` runs our loop on it; both registries are restored after.
-
-    A stopgap until the task has its own entry in ``registry.TASKS`` (its factory needs the
-    tokenizer, which a ``TrainConfig`` does not carry) and in ``AUTOREGRESSIVE_TASKS``."""
-    from unittest import mock
-
-    from .. import autoregressive, registry
-
-    name = RealLMSortTask.name
-    tasks = {**registry.TASKS, name: lambda config: task}
-    variable_length = (*autoregressive.AUTOREGRESSIVE_TASKS, name)
-    with (
-        mock.patch.dict(registry.TASKS, tasks),
-        mock.patch.object(autoregressive, "AUTOREGRESSIVE_TASKS", variable_length),
-    ):
-        yield

@@ -29,6 +29,7 @@ Taught in notebook 09; also used in notebook 11.
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from typing import Any
 
 from .._validate import check_choice, check_number
@@ -109,6 +110,77 @@ _MAPPED_FIELDS = (
     "learning_rate",
     "seed",
 )
+
+#: TrainConfig fields that ``grpo_config_kwargs`` also reads: optional ones (a dict may leave
+#: them out; some may be None) and the two it reads only to refuse a value TRL lacks
+#: (``detach_old_log_probs=False``, ``dynamic_sampling_max_draws > 0``).
+_ALSO_MAPPED = (
+    "epsilon_high",
+    "loss_aggregation",
+    "importance_sampling_level",
+    "top_entropy_quantile",
+    "task",
+    "model",
+    "max_response_length",
+    "prompt_source",
+    "prompts_per_epoch",
+    "detach_old_log_probs",
+    "dynamic_sampling_max_draws",
+)
+
+#: TrainConfig fields not mapped because TRL takes them elsewhere or they never change the
+#: loss: any value is accepted. Every other field must keep ``TrainConfig``'s default (an
+#: allow-list: a new field is refused until it is mapped or listed here).
+NOT_MAPPED: dict[str, str] = {
+    "reward_fn": "TRL's reward_funcs (pass trl_bridge.sort_reward_func)",
+    "vocab_size": "the dataset and the tokenizer (make_sort_dataset, build_sort_tokenizer)",
+    "embedding_dim": "the model TRL trains (build_tiny_gpt2)",
+    "num_layers": "the model TRL trains (build_tiny_gpt2)",
+    "num_heads": "the model TRL trains (build_tiny_gpt2)",
+    "eval_every": "our loop's held-out evaluation (TRL: eval_dataset, callbacks)",
+    "num_eval_prompts": "our loop's held-out evaluation",
+    "eval_seed": "our loop's held-out evaluation",
+    "target_validation_exact_sort": "our loop's stopping rule (TRL: a callback)",
+    "epochs_after_target": "our loop's stopping rule (TRL: a callback)",
+    "progress": "runtime only (TRL: disable_tqdm)",
+    "num_threads": "runtime only",
+    "profile_time": "runtime only",
+}
+
+#: Why GRPOTrainer cannot reproduce a non-default value of these unmapped fields.
+_WHY_NOT_MAPPED: dict[str, str] = {
+    "advantage_estimator": "GRPOTrainer has no critic; GAE needs a value model, as in PPO",
+    "batch_filter": "GRPOTrainer never shapes rewards or filters groups as DAPO's batch does",
+    "rollout_source": "GRPOTrainer samples with the policy it trains, never a stale one",
+    "kl_target": "GRPOTrainer's beta is fixed: no adaptive KL controller",
+    "clip_cov_ratio": "GRPOTrainer has no Clip-Cov",
+    "kl_in_reward": "GRPOTrainer puts the KL in the loss, never in the reward",
+}
+
+
+def check_every_field_mapped(config: Any) -> None:
+    """Raise ValueError naming the first field of ``config`` (a ``TrainConfig`` or a dict of
+    its fields) that is not at ``TrainConfig``'s default and that ``grpo_config_kwargs``
+    neither maps (``_MAPPED_FIELDS``, ``_ALSO_MAPPED``) nor leaves to TRL's other arguments
+    (``NOT_MAPPED``): the TRL run would ignore it and minimise a different loss."""
+    from ..config import TrainConfig, unknown_field_message
+
+    defaults = {field.name: field.default for field in fields(TrainConfig)}
+    items = config.items() if isinstance(config, dict) else (
+        (name, getattr(config, name)) for name in defaults
+    )  # fmt: skip
+    allowed = set(_MAPPED_FIELDS) | set(_ALSO_MAPPED) | set(NOT_MAPPED)
+    for name, value in items:
+        if name not in defaults:
+            raise ValueError(unknown_field_message(name))
+        if name in allowed or value == defaults[name]:
+            continue
+        why = _WHY_NOT_MAPPED.get(name, "its value changes our loop's loss")
+        raise ValueError(
+            f"{name}={value!r} has no GRPOConfig equivalent ({why}), so the TRL run would "
+            f"minimise a different loss: leave {name} at its default {defaults[name]!r} to "
+            "use this bridge"
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -315,15 +387,22 @@ def grpo_config_kwargs(config: Any, loss_type: str | None = None, **overrides) -
     GRPOTrainer cannot reproduce (delta modes rewards / max_rewards / loo_rewards, naive loss
     with several steps per batch, KL estimators other than k3, a KL penalty on
     variable-length responses unless aggregated by a constant, ``detach_old_log_probs=False``,
-    a ``max_completion_length`` override that breaks ``dr_grpo``'s constant). ``overrides``
+    a ``max_completion_length`` override that breaks ``dr_grpo``'s constant,
+    ``top_entropy_quantile`` < 1 with several steps or an entropy bonus) and for every other
+    field not at its default (an allow-list: ``check_every_field_mapped``). ``overrides``
     (e.g. ``output_dir``, ``report_to``) are added last and win.
 
-    Not mapped (TRL takes them elsewhere): ``reward_fn`` (pass ``sort_reward_func``),
-    ``model`` / ``embedding_dim`` (TRL needs a causal LM: ``build_tiny_gpt2``),
-    ``prompt_source`` / ``vocab_size`` (the dataset: ``make_sort_dataset``), ``eval_every``.
+    Not mapped (TRL takes them elsewhere, ``NOT_MAPPED``): ``reward_fn`` (pass
+    ``sort_reward_func``), ``embedding_dim`` ... (TRL needs a causal LM: ``build_tiny_gpt2``),
+    ``vocab_size`` (the dataset: ``make_sort_dataset``), the held-out evaluation, the runtime.
     """
     if hasattr(config, "validate"):
         config.validate()  # a TrainConfig checks its own fields first
+    if _get(config, "task", "sort") == "tool_compare":
+        raise ValueError(
+            "task 'tool_compare' has no GRPOConfig equivalent here: the bridge's dataset and "
+            "reward are the sort tasks' (TRL's tool calling is its environment API)"
+        )
     missing = [name for name in _MAPPED_FIELDS if _get(config, name) is None]
     if missing:
         raise ValueError(f"config lacks the field(s) {', '.join(missing)}")
@@ -344,6 +423,16 @@ def grpo_config_kwargs(config: Any, loss_type: str | None = None, **overrides) -
         raise ValueError(f"GRPOTrainer needs num_responses (G) >= 2, got {group}")
     entropy_coef = _get(config, "entropy_coef")
     check_number(entropy_coef, "entropy_coef", 0, low_inclusive=True)
+    quantile = _get(config, "top_entropy_quantile", 1.0)
+    check_number(quantile, "top_entropy_quantile", 0, 1)
+    if quantile < 1 and (steps != 1 or entropy_coef != 0):
+        raise ValueError(
+            f"top_entropy_quantile={quantile} maps to TRL's only with num_steps_per_epoch 1 and "
+            "entropy_coef 0: TRL ranks each step's own entropies (ours: the sampling policy's, "
+            "once per batch) and restricts its entropy bonus to the kept tokens (ours: every "
+            f"real token); got {steps} steps and entropy_coef {entropy_coef}"
+        )
+    check_every_field_mapped(config)
     variable = _variable_length(config)
     aggregation = _get(config, "loss_aggregation", "token_mean")
     loss_type = loss_type_for(aggregation, variable, loss_type)
@@ -370,7 +459,8 @@ def grpo_config_kwargs(config: Any, loss_type: str | None = None, **overrides) -
         # completion tokens, whatever loss_type, as our loop's; static, on every token
         "entropy_coef": float(entropy_coef),
         "use_adaptive_entropy": False,
-        "top_entropy_quantile": 1.0,
+        # the high-entropy-token mask (arXiv 2506.01939): TRL's per_token_loss * entropy_mask
+        "top_entropy_quantile": float(quantile),
         "num_iterations": steps,
         "num_generations": group,
         # one generation batch = one epoch: all its prompts x G, used for `steps` steps

@@ -86,3 +86,52 @@ def test_sft_refuses_a_batch_with_a_held_out_multiset(tiny_bench):
     task.training_prompts = lambda n, generator, excluded: held_out  # the planted bug
     with pytest.raises(AssertionError, match="SFT trained on held-out multisets"):
         B.run_sft(model, tok, task, task.prompt_key(held_out), args, 0, "sort {numbers}")
+
+
+def test_quick_sets_defaults_only_and_bad_options_are_refused_before_loading(monkeypatch):
+    def no_model(args):
+        raise AssertionError("a model was loaded before the options were checked")
+
+    monkeypatch.setattr(B, "load_model", no_model)
+    args = B.build_args(quick=True, group=3, model="tiny", val_every=5)
+    assert (args.group, args.val_every, args.prompts) == (3, 5, B.QUICK["prompts"])
+    assert B.build_args().group == B.DEFAULTS["group"]
+    for bad, match in (
+        (dict(val_every=0), "--val-every must be an int >= 1"),
+        (dict(group=1), "--group must be >= 2"),
+        (dict(part="run", seed=5, seeds=[7]), "not both"),
+        (dict(device="cuda:x"), "cuda:N or mps"),
+        (dict(part="base", resume=True), "go with the part `run`"),
+    ):
+        seeds = bad.pop("seeds", None)
+        with pytest.raises(SystemExit, match=match):
+            B.main(seeds=seeds, **bad)
+    with pytest.raises(SystemExit):  # the command line: argparse refuses 0 at once
+        B.parse_args(B.add_options, ["run", "--val-every", "0"])
+
+
+def test_a_paused_run_resumes_to_the_uninterrupted_result(tiny_bench):
+    """Issue 46, item 6: ``run --stop-after 2`` saves adapter, Adam state, RNG states, step and
+    history; ``run --resume`` continues; the record equals an uninterrupted run's."""
+    common = dict(part="run", arm="rl", model="tiny", rl_steps=4, val_every=2, prompts=2,
+                  group=2, lora_r=2, n_samples=2, out_dir=tiny_bench)  # fmt: skip
+    B.main(name="whole", **common)
+    B.main(name="paused", stop_after=3, **common)
+    runs = tiny_bench / "real_lm_runs"
+    paused = json.loads((runs / "paused.json").read_text())
+    assert paused["paused_after_steps"] == 3 and (runs / "paused.state.pt").exists()
+    B.main(name="paused", resume=True, **common)
+    whole = json.loads((runs / "whole.json").read_text())
+    resumed = json.loads((runs / "paused.json").read_text())
+    assert resumed["resumed_at_steps"] == [3] and not (runs / "paused.state.pt").exists()
+    for key in ("train_reward", "train_scores", "validation_curve", "best_step"):
+        assert resumed["rl"][key] == whole["rl"][key], key
+    assert resumed["test_greedy"]["exact_per_problem"] == whole["test_greedy"]["exact_per_problem"]
+    assert (
+        resumed["test_sampled"]["correct_per_problem"]
+        == (whole["test_sampled"]["correct_per_problem"])
+    )
+    same = {k: v for k, v in whole["settings"].items() if k not in ("name", "stop_after", "resume")}
+    assert {k: resumed["settings"][k] for k in same} == same and "peak_rss_mib" in resumed
+    assert 0 <= resumed["rl"]["train_replies_at_cap"] <= 1
+    assert resumed["reply_budget"]["used"] == T.MAX_NUMBERS + 1  # the word-level tokenizer's

@@ -426,8 +426,19 @@ def test_resolve_device():
     assert R.resolve_device("cpu") == torch.device("cpu")
     assert R.resolve_device("auto").type in ("cpu", "cuda", "mps")
     if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="no CUDA device"):
-            R.resolve_device("cuda")
+        for name in ("cuda", "cuda:1"):
+            with pytest.raises(ValueError, match="no CUDA device"):
+                R.resolve_device(name)
+    else:
+        count = torch.cuda.device_count()
+        with pytest.raises(ValueError, match=f"sees {count} CUDA device"):
+            R.resolve_device(f"cuda:{count}")
+    if not R._mps_available():
+        with pytest.raises(ValueError, match="MPS backend is not available"):
+            R.resolve_device("mps")
+    for bad in ("gpu", "xla", "cuda:x"):
+        with pytest.raises(ValueError, match="cpu, cuda, cuda:N or mps"):
+            R.resolve_device(bad)
 
 
 def test_policy_log_probs_are_the_models_on_each_unpadded_sequence(tiny):
@@ -529,10 +540,44 @@ def test_policy_rejects_bad_settings(tiny):
             R.generate(model, tok, [[1, 2]], 3, greedy=False, temperature=bad)
 
 
+@pytest.mark.parametrize("lora", [False, True], ids=["plain", "lora"])
+def test_a_cached_decode_step_equals_the_full_pass(tiny, lora):
+    """The KV cache goes in as ``past_key_values=`` and comes back as ``out.past_key_values``
+    (``common.kv_cache``), the names of every transformers 5.x: a decode step on the prefill's
+    cache gives the logits of a full pass over prompt + token, with and without LoRA (a
+    non-zero LoRA update, so the adapter changes the numbers). A step that lost the cache (what
+    ``cache=`` did on transformers 5.17, which swallows the keyword) differs."""
+    import copy
+
+    model, tok = tiny
+    model = copy.deepcopy(model)
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
+        config = LoraConfig(r=2, target_modules="all-linear", init_lora_weights=False)
+        model = get_peft_model(model, config)
+    rows = [T.prompt_token_ids(tok, x, TEMPLATE) for x in ([3, 1, 2], [5, 4, 4, 1])]
+    pad = R.pad_token_id(tok)
+    with torch.no_grad():
+        logits, cache, mask, position = R.prefill(model, rows, pad)
+        token = logits.argmax(dim=-1)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        step = dict(input_ids=token[:, None], attention_mask=mask, position_ids=position + 1)
+        cached = model(**step, past_key_values=cache, use_cache=True).logits[:, -1]
+        ids, full_mask = R.left_pad([r + [int(t)] for r, t in zip(rows, token)], pad, "cpu")
+        full = model(input_ids=ids, attention_mask=full_mask,
+                     position_ids=R._positions(full_mask)).logits[:, -1]  # fmt: skip
+        step["attention_mask"] = torch.ones_like(token[:, None])
+        lost = model(**step, use_cache=True).logits[:, -1]
+    assert torch.allclose(cached, full, atol=1e-5), float((cached - full).abs().max())
+    assert not torch.allclose(lost, full, atol=1e-3)
+
+
 def test_our_loop_trains_the_chat_policy_on_the_task(tiny):
-    """``run_policy_gradient`` with the chat policy and the task, two epochs: the path issue 37
-    trains the real model on. The task is not in the loop's registry yet, so the test adds it
-    for its duration (``registry_with_real_lm``)."""
+    """``run_policy_gradient(config, policy=..., task=...)`` with the chat policy and the task,
+    two epochs: the path issue 37 trains the real model on. The config carries no toy-model
+    field (task, model, prompt_length, vocab_size, max_response_length, embedding_dim ...);
+    ``score_test=False`` keeps the test split unscored."""
     import copy
 
     from pgrl_helpers.config import TrainConfig
@@ -540,22 +585,84 @@ def test_our_loop_trains_the_chat_policy_on_the_task(tiny):
 
     model, tok = tiny
     model = copy.deepcopy(model)
-    policy = R.ChatLMPolicy(model, tok, TEMPLATE, max_new_tokens=6)
+    policy = R.ChatLMPolicy(model, tok, TEMPLATE)
+    assert policy.response_length == T.reply_budget(tok)["tokens"]
     task = T.RealLMSortTask(tok, weights={"exact": 1.0, "partial": 0.5, "format": 0.1})
     config = TrainConfig(
-        task="real_lm_sort", model="autoregressive", prompt_source="random",
-        prompt_length=T.MAX_NUMBERS, vocab_size=T.ABSENT + 1, max_response_length=6,
-        embedding_dim=16, num_heads=2,  # unused by the chat policy, checked by validate()
-        prompts_per_epoch=2, num_responses=3, num_epochs=2, num_steps_per_epoch=1,
-        learning_rate=1e-3, eval_every=2, num_eval_prompts=2,
+        prompt_source="random", prompts_per_epoch=2, num_responses=3, num_epochs=2,
+        num_steps_per_epoch=1, learning_rate=1e-3, eval_every=2, num_eval_prompts=2,
+        embedding_dim=0, num_layers=0,  # toy-model fields: not checked when a policy is given
     )  # fmt: skip
     before = [p.detach().clone() for p in model.parameters()]
-    with T.registry_with_real_lm(task):
-        history = run_policy_gradient(config, policy=policy)
+    history = run_policy_gradient(config, policy=policy, task=task, score_test=False)
     steps = history.steps()
     assert len(steps) == 2 and all(torch.isfinite(torch.tensor(s["loss"])) for s in steps)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    evals = history.evals()
+    assert len(evals) == 2 and all(e["test_exact_sort"] is None for e in evals)
+    assert all(e["validation_exact_sort"] is not None for e in evals)
     assert "real_lm_sort" not in __import__("pgrl_helpers.registry").registry.TASKS
+    with pytest.raises(ValueError, match="embedding_dim"):  # without a policy they are checked
+        run_policy_gradient(config, task=task)
+
+
+def test_the_loop_refuses_a_reply_budget_below_the_tasks_longest_answer(tiny):
+    from pgrl_helpers.config import TrainConfig
+    from pgrl_helpers.training import run_policy_gradient
+
+    model, tok = tiny
+    need = T.reply_budget(tok)["tokens"]
+    short = R.ChatLMPolicy(model, tok, TEMPLATE, max_new_tokens=need - 1)
+    config = TrainConfig(prompt_source="random", prompts_per_epoch=2, num_epochs=1)
+    with pytest.raises(ValueError, match=rf"at most {need - 1} response tokens.*needs {need}"):
+        run_policy_gradient(config, policy=short, task=T.RealLMSortTask(tok))
+
+
+def test_the_reply_budget_is_the_longest_accepted_answer_plus_eos(tiny):
+    _, tok = tiny
+    budget = T.reply_budget(tok)  # the word-level tokenizer writes only '1 2 3 4 5'
+    assert budget["tokens"] == T.MAX_NUMBERS + 1 and budget["answer"].count(" ") == 4
+
+    class CharLevel:  # every character a token, as SmolLM2 writes digits, commas and spaces
+        unk_token_id = None
+
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [ord(c) for c in text]}
+
+        def decode(self, ids, skip_special_tokens=False):
+            return "".join(map(chr, ids))
+
+    chars = T.reply_budget(CharLevel())
+    assert chars["answer"] == "[0, 0, 0, 0, 0]." and chars["tokens"] == 16 + 1
+
+
+def test_a_reply_with_another_special_token_is_no_answer(tiny):
+    _, tok = tiny
+    digits = tok.convert_tokens_to_ids(["1", "2", "3"])
+    special = tok.pad_token_id
+    assert special != tok.eos_token_id
+    rows = torch.tensor([
+        [digits[0], digits[1], digits[2], tok.eos_token_id],
+        [digits[0], special, digits[1], digits[2]][:3] + [tok.eos_token_id],
+    ])  # fmt: skip
+    texts, finished = T.decode_replies(tok, rows)
+    assert finished == [True, True]
+    assert T.parse_answer(texts[0]) == [1, 2, 3] and T.parse_answer(texts[1]) is None
+
+
+def test_a_missing_model_folder_names_it_and_the_command_at_once(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    for name in (tmp_path / "nowhere", "models/SmolLM2-135M-Instruct", "./model", "a/b/c"):
+        start = time.perf_counter()
+        with pytest.raises(FileNotFoundError, match=r"tasks\.py real-model"):
+            R.load(name)
+        assert time.perf_counter() - start < 5
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="empty has no config.json"):
+        R.load(tmp_path / "empty")
+    assert R.check_model_folder("HuggingFaceTB/SmolLM2-135M-Instruct") == R.HUB_ID
 
 
 # ----------------------------------------------------------------------------- the converted model
