@@ -3,9 +3,10 @@
 
     .venv/bin/python assignments/capstone_seeds.py [--seeds 100-111]
 
-Re-runs the recipe every broken run of ``09_capstone_broken_runs.ipynb`` was made from (each
-intended fix restores it) with the checker's rules: stop when greedy exact-sort on the 20
-validation multisets reaches ``CAPSTONE_STOP``, then read the 20 test multisets once. Prints
+Re-runs the recipe every broken run of ``09_capstone_broken_runs.ipynb`` was made from
+(``make_capstone_runs.py`` breaks it, each intended fix restores it) with the checker's
+rules: stop when greedy exact-sort on the 20 validation multisets reaches ``CAPSTONE_STOP``,
+then read the 20 test multisets once. Prints
 one line per seed and the range of test exact-sort at the stop; the checker's target
 ``CAPSTONE_TARGET`` must lie at or below the worst seed for the check to be fair to a correct
 fix. A few seconds per seed on CPU.
@@ -21,14 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pgrl_helpers import checks  # noqa: E402
-from pgrl_helpers.checks.capstone import _broken_config  # noqa: E402
+from pgrl_helpers.checks.capstone import CAPSTONE_READING, _healthy  # noqa: E402
 from pgrl_helpers.training import run_policy_gradient  # noqa: E402
-
-FIXES = {
-    "A": {"kl_coef": 0.0},
-    "B": {"learning_rate": 3e-3},
-    "C": {"detach_old_log_probs": True},
-}
 
 
 def seeds(text: str) -> list[int]:
@@ -40,10 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="100-111", help="a range, e.g. 100-111")
     args = parser.parse_args(argv)
-    fixed = [replace(_broken_config(run), **change, seed=0) for run, change in FIXES.items()]
-    fixed = {repr(config): config for config in fixed}
-    assert len(fixed) == 1, "the three intended fixes restore one recipe"
-    recipe = next(iter(fixed.values()))
+    recipe = replace(_healthy(), **CAPSTONE_READING)  # each intended fix restores it
     tests, failures = [], 0
     for seed in seeds(args.seeds):
         history = run_policy_gradient(replace(recipe, seed=seed))

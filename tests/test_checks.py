@@ -82,9 +82,10 @@ def test_in_place_changes_to_inputs_are_caught():
     assert_fails(checks.check_centered_deltas, in_place, "in place")
 
 
-def test_the_packages_own_function_passes_visibly_with_a_note_and_fails_when_graded(capsys):
+def test_the_packages_own_function_fails_visibly_and_when_graded(capsys):
     """The rule in every notebook's header: a function imported from pgrl_helpers is not an
-    answer. The visible check says so in its [PASS] line; the graded (strict) check fails."""
+    answer. The visible check refuses it with the graded check's message (issue 51: it used
+    to show [PASS] with a note, then score 0)."""
     for check, own in (
         (checks.check_masked_mean, masked_mean),
         (checks.check_pass_at_k, pass_at_k),
@@ -93,13 +94,61 @@ def test_the_packages_own_function_passes_visibly_with_a_note_and_fails_when_gra
     ):
         check(own)
         line = capsys.readouterr().out.strip()
-        assert line.startswith(checks.PASS) and "the package's own implementation" in line, line
+        assert line.startswith(checks.FAIL) and "the package's own implementation" in line, line
         assert f"{own.__module__}.{own.__qualname__}" in line
         result = outcome(check, own)
         assert result.status == checks.FAIL and "your own code" in result.message, result
+        assert line == str(result), "the visible and the graded message are the same"
     # a wrapper written in the notebook is not recognised: the header states the rule, an
     # instructor reading the code enforces it
     assert outcome(checks.check_pass_at_k, lambda n, c, k: pass_at_k(n, c, k)).passed
+
+
+def test_a_visible_pass_means_the_graded_check_passes(capsys):
+    """An answer fitted to the visible inputs (issue 51: assignment 8's exact visible numbers
+    hard-coded) fails the visible check already, on the graded check's inputs, and says so."""
+    visible = {
+        k: sum(pass_at_k(10, int(c), k) for c in checks.passk._correct_matrix(0).sum(1)) / 6
+        for k in (1, 3, 7)
+    }
+    hard_coded = lambda correct, k: visible[k]  # noqa: E731
+    assert outcome(checks.check_mean_pass_at_k, hard_coded, seed=0).passed  # fitted to seed 0
+    assert not outcome(checks.check_mean_pass_at_k, hard_coded, seed=1).passed
+    checks.check_mean_pass_at_k(hard_coded)
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("[FAIL] mean_pass_at_k: k = 1: expected"), line
+    assert "on the graded check's inputs, seed=1; the visible inputs pass" in line
+    # every function checker runs the graded inputs when called visibly: a right answer
+    # still prints one [PASS] line, and a strict call is the check itself
+    checks.check_mean_pass_at_k(lambda correct, k: ref_mean_passk(correct, k))
+    assert capsys.readouterr().out.startswith("[PASS] mean_pass_at_k:")
+    names = [n for n in dir(checks) if n.startswith("check_")]
+    wrapped = [n for n in names if hasattr(getattr(checks, n), "__wrapped__")]
+    assert set(names) - set(wrapped) == {
+        "check_training_config",
+        "check_diagnosis",
+        "check_fix",
+    }, "the checks that re-run training say which seeds they ran instead"
+
+
+def test_messages_print_enough_digits_to_show_the_difference():
+    """Issue 51: an answer rounded to 4 decimals was told "expected 0.6429, got 0.6429"."""
+    import re
+
+    rounded = lambda n, c, k: round(pass_at_k(n, c, k), 4)  # noqa: E731
+    for check, fn in (
+        (checks.check_pass_at_k, rounded),
+        (checks.check_mean_pass_at_k, lambda correct, k: round(ref_mean_passk(correct, k), 4)),
+    ):
+        result = outcome(check, fn)
+        assert result.status == checks.FAIL, result
+        want, got = re.search(r"expected ([-0-9.e]+), got ([-0-9.e]+)", result.message).groups()
+        assert want != got, result.message
+    from pgrl_helpers.checks._core import _expected_got
+
+    assert _expected_got(0.642857142857, 0.6429) == "expected 0.64286, got 0.64290"
+    assert _expected_got(0.5, 0.25) == "expected 0.5000, got 0.2500"
+    assert _expected_got(1 / 3, 1 / 3 + 1e-15).startswith("expected 0.333")
 
 
 def test_no_reference_code_in_messages():
@@ -781,6 +830,14 @@ def test_pass_at_k_mistakes():
     assert_fails(check, lambda n, c, k: math.comb(n - c, k) / math.comb(n, k), "all k fail")
     assert_fails(check, lambda n, c, k: c / n, "pass@1")
 
+    def wrong_edge(n, c, k):  # right wherever n - c >= k, 0 where every k-subset passes
+        return 0.0 if n - c < k else 1 - math.comb(n - c, k) / math.comb(n, k)
+
+    result = outcome(check, wrong_edge)
+    assert result.status == checks.FAIL and "n - c < k" in result.message, result
+    assert "C(n - c, k) = 0 and pass@k = 1" in result.message
+    assert "all k fail" not in result.message, "issue 51: it named the wrong mistake"
+
     def factorials(n, c, k):  # right for small n, overflows floats at n = 200
         f = lambda x: float(math.factorial(x))  # noqa: E731
         if n - c < k:
@@ -865,7 +922,7 @@ def test_every_checker_frame_is_hidden_from_ipython_tracebacks():
     assert len(names) >= 20
     for name in names:
         check = getattr(checks, name)
-        args = ("A",) if name == "check_broken_run" else ()
+        args = {"check_diagnosis": ("A",), "check_fix": ("A", stub)}.get(name, ())
         with pytest.raises(AssertionError) as info:
             check(stub, *args, strict=True)
         frames = []

@@ -22,7 +22,7 @@ baselines), ``losses`` (the inner loop's freeze bug, the clipped loss), ``kl`` (
 three loss aggregations), ``gae`` (TD errors, GAE), ``objectives`` (GSPO's sequence ratio,
 CISPO's loss), ``offpolicy`` (truncated importance weights, effective sample size),
 ``passk`` (unbiased pass@k), ``multiturn`` (a tool's tokens kept out of the loss),
-``capstone`` (three broken runs to diagnose and fix); ``_core``
+``capstone`` (three broken runs: a diagnosis from the history, then a fix); ``_core``
 holds what they share.
 """
 
@@ -35,15 +35,19 @@ from ._core import (  # noqa: F401
 )
 from .capstone import (  # noqa: F401
     CAPSTONE_BUDGET,
+    CAPSTONE_READING,
+    CAPSTONE_RERUN_SEEDS,
     CAPSTONE_STOP,
     CAPSTONE_TARGET,
     CAPSTONE_TASK,
+    CAUSE_FIELDS,
     CAUSES,
+    EVAL_METRICS,
     RUN_NAMES,
-    WrongDiagnosis,
-    broken_config,
+    STEP_METRICS,
     broken_run,
-    check_broken_run,
+    check_diagnosis,
+    check_fix,
 )
 from .deltas import (  # noqa: F401
     BASELINE_DRAWS,

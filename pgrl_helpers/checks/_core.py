@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,6 +30,12 @@ class CheckResult:
 #: Names of the package's own functions handed to the running check (see ``_call``).
 _from_package: list[str] = []
 
+#: The seed of the graded (hidden) check in every instructor notebook: ``seed=1, strict=True``.
+GRADED_SEED = 1
+
+#: While True, ``_run`` returns its CheckResult instead of printing or raising (``_graded_too``).
+_capturing = [False]
+
 
 def _package_name(fn) -> str | None:
     """'module.qualname' when ``fn`` is one of this package's own functions, else None."""
@@ -50,8 +57,8 @@ def _run(name: str, diagnose: Callable[[], str], strict: bool) -> CheckResult | 
     """Run ``diagnose`` (returns the pass detail or raises _Failed); print or raise.
 
     A function taken from this package (e.g. ``pgrl_helpers.masking.masked_mean`` handed in
-    as the answer) passes the visible check with a note and fails the graded one
-    (``strict=True``): the exercise is to write it."""
+    as the answer) fails the visible check and the graded one (``strict=True``) alike, with
+    the same message: the exercise is to write it."""
     _from_package.clear()
     try:
         result = CheckResult(name, PASS, diagnose())
@@ -65,28 +72,58 @@ def _run(name: str, diagnose: Callable[[], str], strict: bool) -> CheckResult | 
     except _Failed as err:
         result = CheckResult(name, FAIL, str(err))
     if result.passed and _from_package:
-        copied = _from_package[0]
-        if strict:
-            result = CheckResult(
-                name,
-                FAIL,
-                f"your function is {copied}, the package's own implementation: the graded "
-                "check needs your own code (see 'How this works' at the top)",
-            )
-        else:
-            result = CheckResult(
-                name,
-                PASS,
-                f"{result.message} (note: your function is {copied}, the package's own "
-                "implementation; the graded check refuses it: write your own)",
-            )
+        result = CheckResult(
+            name,
+            FAIL,
+            f"your function is {_from_package[0]}, the package's own implementation: the "
+            "graded check needs your own code (see 'How this works' at the top)",
+        )
     _from_package.clear()
+    if _capturing[0]:
+        return result
     if strict:
         if not result.passed:
             raise AssertionError(str(result))
         return None
     print(result)
     return None
+
+
+def _result(check: Callable, args: tuple, kwargs: dict, seed) -> CheckResult:
+    """``check``'s CheckResult on ``seed``'s inputs, neither printed nor raised."""
+    _capturing[0] = True
+    try:
+        return check(*args, seed=seed, strict=True, **kwargs)
+    finally:
+        _capturing[0] = False
+
+
+def _graded_too(check: Callable) -> Callable:
+    """A checker whose visible call (``strict=False``, the default seed) also runs the graded
+    check's inputs (``seed=GRADED_SEED``), so that ``[PASS]`` means the graded check passes:
+    an answer hard-coded to the visible inputs fails here already. One line is printed: the
+    visible inputs' verdict, or the graded inputs' when only those fail. A call with
+    ``strict=True`` or another seed is the check itself, unchanged."""
+
+    @functools.wraps(check)
+    def wrapper(*args, seed: int = 0, strict: bool = False, **kwargs):
+        __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
+        if strict or seed != 0 or _capturing[0]:
+            return check(*args, seed=seed, strict=strict, **kwargs)
+        result = _result(check, args, kwargs, seed)
+        if result.passed:
+            graded = _result(check, args, kwargs, GRADED_SEED)
+            if not graded.passed:
+                result = CheckResult(
+                    graded.name,
+                    graded.status,
+                    f"{graded.message} (on the graded check's inputs, seed={GRADED_SEED}; the "
+                    "visible inputs pass: is something fitted to them?)",
+                )
+        print(result)
+        return None
+
+    return wrapper
 
 
 def run_check(check: Callable, *args, seed: int = 0) -> CheckResult:
@@ -151,6 +188,17 @@ def _check_unchanged(before: list[torch.Tensor], after: list[torch.Tensor]) -> N
                 "your function changed its input tensors in place (e.g. sort_(), -=, "
                 "masked_fill_); work on new tensors so the caller's data stay intact"
             )
+
+
+def _expected_got(want: float, got: float, decimals: int = 4) -> str:
+    """'expected 0.6429, got 0.6428571' : ``decimals`` places, or as many more (up to 12) as it
+    takes for the two numbers to print differently (never 'expected 0.6429, got 0.6429')."""
+    places = decimals
+    while places < 12 and f"{want:.{places}f}" == f"{got:.{places}f}" and want != got:
+        places += 1
+    if f"{want:.{places}f}" == f"{got:.{places}f}" and want != got:
+        return f"expected {want!r}, got {got!r}"
+    return f"expected {want:.{places}f}, got {got:.{places}f}"
 
 
 def _fmt_shape(x: torch.Tensor) -> str:

@@ -1,25 +1,38 @@
-"""The capstone: three broken training runs to diagnose and fix.
+"""The capstone: three broken training runs to diagnose from their histories, then fix.
 
-Each broken run is one real ``run_policy_gradient`` history, made on demand from a config
-that differs from a healthy one in one place. ``broken_run(name)`` hands out the logged
-records only (its ``config`` and model are withheld), so the diagnosis is made from the
-history. The student names the cause from ``CAUSES``; ``broken_config(name, cause)`` reveals
-the broken config only for the right cause (a wrong one raises ``WrongDiagnosis`` quoting the
-symptom that cause would have left). ``check_broken_run`` checks the diagnosis, that the fix
-changes what the cause names, the fixed task and budget, and then re-runs the fixed config
-with a seed the student did not choose: it passes when the run stops because greedy
-exact-sort on the VALIDATION multisets reached ``CAPSTONE_STOP`` and, at that moment, the
-TEST multisets (never read by the stopping rule, never trained on) are sorted at least
-``CAPSTONE_TARGET`` of the time. When the re-run fails, it says whether the cause's own
-symptom is still in the re-run (the fix went the right way, not far enough) or gone.
+Each broken run is one real ``run_policy_gradient`` history, made once from a config that
+differs from a healthy recipe in one place and stored with the package
+(``_capstone_runs.py``, written by ``assignments/make_capstone_runs.py``, which alone holds the
+broken configs). ``broken_run(name)`` hands out the logged records only; nothing in this
+package says which cause broke which run.
+
+Two checks per run, graded as separate points:
+
+* ``check_diagnosis(fn, run)``: ``fn()`` returns ``{"cause", "metric", "epoch", "value"}``,
+  a cause from ``CAUSES`` and the evidence for it read from the run's history: the value of a
+  logged metric at a named epoch. The check verifies that the value IS the history's (so the
+  history was read) and that, at that epoch, the history shows the symptom the cause leaves
+  (each cause's rule in ``_RULES``, stated in ``CAUSES``). A cause with no evidence, or with
+  evidence the history does not hold, scores nothing; any metric and epoch that show the
+  symptom are accepted. The verdict depends on the history alone.
+* ``check_fix(fn, run, diagnosis)``: once the diagnosis passes, ``fn()`` returns the changes
+  ``{field: value}`` to the run's config; they must change the field the diagnosed cause names.
+  The check applies them and re-runs the config with seeds the student did not choose (two
+  visible, two others when graded): each re-run must stop because greedy exact-sort on the
+  VALIDATION multisets reached ``CAPSTONE_STOP`` and, read at that stop, the TEST multisets
+  must be sorted at least ``CAPSTONE_TARGET`` of the time, within ``CAPSTONE_BUDGET``. When a
+  re-run fails it says, by the metric that showed the symptom, whether the symptom is still
+  there and which way to move.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import fields, replace
 
-from ._core import _call, _Failed, _run
+from ._capstone_rules import _RULES, EVAL_METRICS, STEP_METRICS, _facts, _mean, _pct  # noqa: F401
+from ._core import _call, _Failed, _NotImplemented, _run
 
 #: Validation exact-sort that stops the re-run (the stopping rule reads only validation) ...
 CAPSTONE_STOP = 0.8
@@ -34,46 +47,78 @@ CAPSTONE_BUDGET = 40_000
 #: The task and held-out split are fixed: length 4, values 0-5, 20 validation + 20 test
 #: multisets (of 126) chosen by eval_seed, none ever trained on.
 CAPSTONE_TASK = {"prompt_length": 4, "vocab_size": 6, "eval_seed": 12345, "num_eval_prompts": 20}
-#: The re-run's seed: this one for the visible check, this + ``seed`` for the hidden one.
-CAPSTONE_RERUN_SEED = 100
+#: Fields that decide when the test multisets are read; the check sets them itself (a run
+#: that kept training after its stop would report a later test reading).
+CAPSTONE_READING = {"eval_every": 5, "epochs_after_target": 0}
+#: A re-run whose entropy falls below 10% of its start within this many epochs, short of the
+#: stop, has collapsed the way the broken rate did (run B: epoch 2; 0.008: epoch 17); later,
+#: a slow rate can settle on wrong answers too (0.002 on seed 102: epoch 54).
+COLLAPSE_EPOCHS = 30
+#: The visible re-runs use these seeds; the graded check (``seed=s``) uses each + 2 s.
+CAPSTONE_RERUN_SEEDS = (100, 101)
 
 #: The fixed list of causes a diagnosis chooses from: name -> the symptom it leaves in a
-#: history (what to look for).
+#: history, as ``check_diagnosis`` reads it at the epoch the evidence names ("its start" is
+#: the first step's value; an epoch's value is the mean over its steps; "validation" is the
+#: latest evaluation at or before that epoch).
 CAUSES: dict[str, str] = {
     "learning_rate_too_high": (
-        "the policy collapses within a few epochs: entropy falls to about 0, every group's G "
-        "responses tie (frac_reward_zero_std -> 1), so the gradient vanishes while the reward "
-        "stays wherever the collapse left it"
+        "the policy collapses: entropy below 10% of its start while validation exact-sort is "
+        "still below 50% (certain, and wrong); then every group's G responses tie "
+        "(frac_reward_zero_std >= 0.9) and grad_norm falls to about 0 (<= 1% of its start)"
     ),
     "old_log_probs_not_detached": (
-        "the freeze pitfall: the ratio pi / pi_old is 1 with no gradient, so grad_norm is "
-        "exactly 0 from the first step and nothing changes (entropy, reward, held-out)"
+        "the freeze pitfall: grad_norm exactly 0 and ratio_mean exactly 1 at every step from "
+        "the first one, so nothing moves (entropy within 1% of its start at every epoch)"
     ),
     "kl_penalty_too_strong": (
-        "the policy is held at the reference: gradients are non-zero and the reward creeps up, "
-        "but entropy barely moves from its start and held-out exact-sort stays near 0"
+        "the policy is held at the reference: the kl column is logged (a KL penalty is on), "
+        "grad_norm stays above 0, yet after 10 epochs and more entropy is still at least 90% "
+        "of its start and validation exact-sort below 20%"
     ),
     "entropy_bonus_too_strong": (
-        "entropy is pushed up and stays near its maximum while the reward stalls"
+        "entropy is pushed up to at least 90% of its maximum ln(vocab_size) and not below its "
+        "start, while gradients flow (grad_norm above 0) and no KL penalty is logged (kl None)"
     ),
     "policy_cannot_represent_sorting": (
-        "the model decodes every position from one code (model='lecture'): rewards rise, but "
-        "held-out exact-sort plateaus far below the target"
+        "the model decodes every position from one code (model='lecture'): after 20 epochs "
+        "and more the mean reward has risen by 0.3 or more over its first 5 epochs, entropy "
+        "is below 90% of its start and groups rarely tie (frac_reward_zero_std < 0.5), but "
+        "validation exact-sort stays below 50%"
     ),
     "group_too_small": (
-        "with G = 2 many groups tie (high frac_reward_zero_std) and the gradient is noisy"
+        "with G = 2 many groups tie (frac_reward_zero_std >= 0.3) while the policy is still "
+        "uncertain (entropy at least 50% of its start) and gradients flow"
     ),
     "budget_too_small": (
-        "learning proceeds (entropy falls, reward and held-out rise) but stops short of the "
-        "target when the epochs run out"
+        "learning proceeds (validation exact-sort at 30% or more) but the run ends when its "
+        "epochs run out, short of the stop"
     ),
     "trains_on_three_prompts": (
-        "prompt_source='lecture': the three training prompts are learned, unseen ones are not"
+        "prompt_source='lecture': train_exact_sort (logged only for the lecture's 3 prompts) "
+        "reaches 50% or more while validation exact-sort stays below 20%"
     ),
 }
 
+#: cause -> (the TrainConfig field it names, which way a fix moves it: 'lower', 'raise' or
+#: the value that removes it). Public: a cause's name says what it is about.
+CAUSE_FIELDS: dict[str, tuple[str, object]] = {
+    "learning_rate_too_high": ("learning_rate", "lower"),
+    "old_log_probs_not_detached": ("detach_old_log_probs", True),
+    "kl_penalty_too_strong": ("kl_coef", "lower"),
+    "entropy_bonus_too_strong": ("entropy_coef", "lower"),
+    "policy_cannot_represent_sorting": ("model", "transformer"),
+    "group_too_small": ("num_responses", "raise"),
+    "budget_too_small": ("num_epochs", "raise"),
+    "trains_on_three_prompts": ("prompt_source", "random"),
+}
+
+#: A stated value matches the history's within this (absolute + relative to the value).
+EVIDENCE_TOL = (0.01, 0.02)
+
 
 def _healthy():
+    """The recipe every broken run breaks in one place (the intended fixes restore it)."""
     from ..config import TrainConfig
 
     return TrainConfig(
@@ -90,286 +135,419 @@ def _healthy():
         learning_rate=3e-3,
         num_epochs=150,
         num_steps_per_epoch=2,
-        eval_every=5,
+        eval_every=CAPSTONE_READING["eval_every"],
         target_validation_exact_sort=CAPSTONE_STOP,
     )
 
 
-#: run name -> (the field(s) that broke it, the one cause in ``CAUSES`` that names it)
-_BREAKS: dict[str, tuple[dict, str]] = {
-    "A": ({"kl_coef": 5.0, "seed": 3}, "kl_penalty_too_strong"),
-    "B": ({"learning_rate": 0.1, "seed": 5}, "learning_rate_too_high"),
-    "C": ({"detach_old_log_probs": False, "seed": 7}, "old_log_probs_not_detached"),
-}
-
-#: cause -> (what the fixed config must satisfy, given the broken one; what to say otherwise;
-#: the fields the cause names: a fix that changes others gets a note; the ``diagnose()``
-#: finding that shows the cause is still active in a re-run)
-_FIXES: dict[str, tuple[Callable, str, tuple[str, ...], str]] = {
-    "learning_rate_too_high": (
-        lambda fixed, broken: fixed.learning_rate < broken.learning_rate,
-        "lower learning_rate",
-        ("learning_rate",),
-        "entropy_collapse",
-    ),
-    "old_log_probs_not_detached": (
-        lambda fixed, broken: fixed.detach_old_log_probs,
-        "set detach_old_log_probs=True",
-        ("detach_old_log_probs",),
-        "frozen_ratio",
-    ),
-    "kl_penalty_too_strong": (
-        lambda fixed, broken: fixed.kl_coef < broken.kl_coef,
-        "lower kl_coef",
-        ("kl_coef",),
-        "held_at_reference",
-    ),
-}
-#: Fields a fix may change without a note: the check sets them itself.
-_FREE_FIELDS = ("seed", "progress", "target_validation_exact_sort")
-
-RUN_NAMES: tuple[str, ...] = tuple(_BREAKS)
+RUN_NAMES: tuple[str, ...] = ("A", "B", "C")
 
 _history_cache: dict[str, object] = {}
+_judge_cache: dict[str, object] = {}
+_by_epoch: dict[int, tuple[object, dict]] = {}
 _rerun_cache: dict[str, dict] = {}
 
 
-class WrongDiagnosis(ValueError):
-    """``broken_config(run, cause)`` with a cause that did not break ``run``."""
-
-
 def _check_run(name) -> None:
-    if name not in _BREAKS:
+    if name not in RUN_NAMES:
         raise ValueError(f"run must be one of {RUN_NAMES}, got {name!r}")
 
 
-def _wrong_cause_message(run: str, cause) -> str | None:
-    """Why ``cause`` is not a valid diagnosis of ``run`` (None when it is the right one)."""
-    if not isinstance(cause, str):
-        return f"the cause must be a string, one of {sorted(CAUSES)}; got {type(cause).__name__}"
-    if cause not in CAUSES:
-        return f"cause {cause!r} is not in the list: choose one of {sorted(CAUSES)}"
-    if cause != _BREAKS[run][1]:
-        return (
-            f"run {run} was not broken by {cause!r}. That cause would show: {CAUSES[cause]}. "
-            f"Compare with run {run}'s history (grad_norm, entropy, frac_reward_zero_std, kl, "
-            "held-out exact-sort)"
-        )
-    return None
+def _build(name: str):
+    """A fresh History of stored run ``name`` (records copied: a reader may change its own)."""
+    import torch
 
+    from ..history import History, Run
+    from ._capstone_runs import load
 
-def _broken_config(name: str):
-    """The broken config of run ``name``, no questions asked (for the tests and scripts)."""
-    _check_run(name)
-    return replace(_healthy(), **_BREAKS[name][0])
-
-
-def broken_config(name: str, cause: str | None = None):
-    """The TrainConfig of broken run ``name`` (one of ``RUN_NAMES``), revealed once its cause
-    is diagnosed: ``cause`` must be the key of ``CAUSES`` that broke the run, else
-    ``WrongDiagnosis`` (a ValueError) says what that cause would have shown instead."""
-    _check_run(name)
-    if cause is None:
-        raise TypeError(
-            f"broken_config({name!r}, cause): diagnose run {name} from its history first; the "
-            "config is revealed for the right cause (a key of checks.CAUSES)"
-        )
-    problem = _wrong_cause_message(name, cause)
-    if problem is not None:
-        raise WrongDiagnosis(problem)
-    return _broken_config(name)
+    stored = load()[name]
+    prompts = {
+        k: torch.tensor(stored[k]) for k in ("validation_prompts", "test_prompts", "train_prompts")
+    }
+    shown = History(None, Run(**prompts))
+    shown.extend(dict(r) for r in stored["records"])
+    shown.heldout_keys = torch.tensor(stored["heldout_keys"])
+    shown.num_train_prompts = stored["num_train_prompts"]
+    shown.train_prompts_with_heldout_key = stored["train_prompts_with_heldout_key"]
+    shown.stop_reason, shown.target_epoch = stored["stop_reason"], stored["target_epoch"]
+    return shown
 
 
 def broken_run(name: str):
     """The logged history of broken run ``name``: its step and eval records (and the held-out
-    prompts and stop reason), made by ``run_policy_gradient`` on first use (4-7 s on a
-    loaded 2-core CPU), then cached. The config, the model and the reference are withheld
-    (``config``, ``run.model``, ``run.ref_model`` are None): diagnose from the records."""
-    from ..history import History, Run
-    from ..training import run_policy_gradient
-
+    prompts and stop reason), as ``run_policy_gradient`` logged them. The config, the model
+    and the reference are withheld (``config``, ``run.model``, ``run.ref_model`` are None):
+    diagnose from the records."""
     _check_run(name)
     if name not in _history_cache:
-        full = run_policy_gradient(_broken_config(name))
-        prompts = {k: getattr(full.run, k) for k in ("validation_prompts", "test_prompts")}
-        shown = History(None, Run(**prompts, train_prompts=full.run.train_prompts))
-        shown.extend(full)
-        shown.heldout_keys = full.heldout_keys
-        shown.num_train_prompts = full.num_train_prompts
-        shown.train_prompts_with_heldout_key = full.train_prompts_with_heldout_key
-        shown.stop_reason, shown.target_epoch = full.stop_reason, full.target_epoch
-        _history_cache[name] = shown
+        _history_cache[name] = _build(name)
     return _history_cache[name]
 
 
+def _judged(name: str):
+    """The history the checks read: the checker's own copy, so that a change to the records
+    ``broken_run`` handed out cannot change the evidence."""
+    _check_run(name)
+    if name not in _judge_cache:
+        _judge_cache[name] = _build(name)
+    return _judge_cache[name]
+
+
+# ---- the diagnosis ----------------------------------------------------------------------
+
+
+def _epoch_steps(history) -> dict[int, list[dict]]:
+    """{epoch: its step records} (kept for the stored runs, which never change)."""
+    key = id(history)
+    if key in _by_epoch and _by_epoch[key][0] is history:
+        return _by_epoch[key][1]
+    out: dict[int, list[dict]] = {}
+    for r in history.steps():
+        out.setdefault(r["epoch"], []).append(r)
+    if any(history is h for h in _judge_cache.values()):
+        _by_epoch[key] = (history, out)
+    return out
+
+
+def _logged_values(history, metric: str, epoch: int) -> list:
+    """The values a reader may have taken for ``metric`` at ``epoch``: each step's and the
+    epoch's mean (step metrics), or the evaluation's (eval metrics)."""
+    if metric in STEP_METRICS:
+        here = _epoch_steps(history).get(epoch, [])
+        return [r.get(metric) for r in here] + ([_mean(here, metric)] if here else [])
+    return [r.get(metric) for r in history.evals() if r["epoch"] == epoch]
+
+
+_KEYS = ("cause", "metric", "epoch", "value")
+
+
+def _judge_diagnosis(run: str, out) -> str:
+    """The pass detail of diagnosis ``out`` for ``run``, or raise _Failed saying why not."""
+    history = _judged(run)
+    if isinstance(out, str):
+        raise _Failed(
+            f"you named a cause ({out!r}) with no evidence: return a dict with keys "
+            f"{', '.join(_KEYS)}: the cause, and the value of a logged metric at an epoch of run "
+            f"{run}'s history that shows its symptom"
+        )
+    if not isinstance(out, dict):
+        raise _Failed(
+            f"expected a dict with keys {', '.join(_KEYS)}, got {type(out).__name__}: e.g. "
+            "{'cause': 'group_too_small', 'metric': 'frac_reward_zero_std', 'epoch': 12, "
+            "'value': 0.41}"
+        )
+    missing = [k for k in _KEYS if k not in out]
+    if missing:
+        raise _Failed(
+            f"your diagnosis has no {', '.join(missing)}: a cause with no evidence from the "
+            f"history scores nothing; give {', '.join(_KEYS)}"
+        )
+    cause, metric, epoch, value = (out[k] for k in _KEYS)
+    if not isinstance(cause, str):
+        raise _Failed(
+            f"the cause must be a string, one of {sorted(CAUSES)}; got {type(cause).__name__}"
+        )
+    if cause not in CAUSES:
+        raise _Failed(f"cause {cause!r} is not in the list: choose one of {sorted(CAUSES)}")
+    if metric not in STEP_METRICS + EVAL_METRICS:
+        raise _Failed(
+            f"metric {metric!r} is not one the evidence can cite: step metrics "
+            f"{', '.join(STEP_METRICS)}; eval metrics {', '.join(EVAL_METRICS)}"
+        )
+    if isinstance(epoch, bool) or not isinstance(epoch, int):
+        raise _Failed(f"epoch must be an int, got {type(epoch).__name__}")
+    logged = _logged_values(history, metric, epoch)
+    if not logged:
+        where = (
+            f"step epochs 0-{max(_epoch_steps(history))}"
+            if metric in STEP_METRICS
+            else "eval epochs " + ", ".join(str(r["epoch"]) for r in history.evals()[:4]) + ", ..."
+        )
+        raise _Failed(f"run {run} logged no {metric} at epoch {epoch}: {where}")
+    if any(v is None for v in logged):
+        raise _Failed(
+            f"{metric} is not logged at epoch {epoch} of run {run} (None): that itself is "
+            "evidence (of what is not in the loss), but cite a logged number"
+        )
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _Failed(f"value must be a number read from the history, got {value!r}")
+    atol, rtol = EVIDENCE_TOL
+    if not any(abs(value - v) <= atol + rtol * abs(v) for v in logged):
+        raise _Failed(
+            f"run {run}'s history does not hold {metric} = {value!r} at epoch {epoch}: read it "
+            f"from checks.broken_run({run!r}) (a step's value, or the mean over the epoch's "
+            "steps, for a step metric; the eval record's, for an eval metric)"
+        )
+    metrics, rule = _RULES[cause]
+    if metric not in metrics:
+        raise _Failed(
+            f"{metric} at epoch {epoch} is read right, but it is not where {cause} shows: "
+            f"{CAUSES[cause]}"
+        )
+    problem = rule(
+        _facts(history, _epoch_steps(history), metric, epoch, CAPSTONE_TASK["vocab_size"]), metric
+    )
+    if problem is not None:
+        raise _Failed(
+            f"{metric} = {value!r} at epoch {epoch} is read right, but it does not show the "
+            f"symptom of {cause} ({CAUSES[cause]}): at epoch {epoch} of run {run}, {problem}"
+        )
+    return (
+        f"run {run}: {cause}, shown by {metric} = {value!r} at epoch {epoch} (the history's "
+        f"value; the symptom: {CAUSES[cause].split(':')[0]})"
+    )
+
+
+def check_diagnosis(fn: Callable, run: str, *, seed: int | None = None, strict: bool = False):
+    """fn() -> {"cause": a key of CAUSES, "metric": a logged metric, "epoch": int, "value":
+    float}: the diagnosis of broken run ``run`` with its evidence from the history. Passes
+    when the value is the history's and shows the cause's symptom at that epoch (``seed`` is
+    accepted for symmetry and not used: the verdict depends on the history alone)."""
+
+    def diagnose() -> str:
+        _check_run(run)
+        return _judge_diagnosis(run, _call(fn))
+
+    __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
+    return _run(f"diagnosis_{run}", diagnose, strict)
+
+
+# ---- the fix ----------------------------------------------------------------------------
+
+
 def _rerun(config) -> dict:
-    """One re-run, cached per config: validation and test exact-sort at the end (at the stop),
-    responses sampled, stop reason, training prompts whose multiset is held out, the best
-    validation exact-sort, entropy's late mean over its first epoch, and ``diagnose()``'s
-    finding names."""
-    from ..diagnose import _early_late, _per_epoch, diagnose
+    """One re-run, cached per config: validation and test exact-sort read at the stop (or the
+    end), responses sampled by then, stop reason, the best validation, entropy at the end
+    over its first step's, and the first epoch whose entropy fell below 10% of that."""
     from ..training import run_policy_gradient
 
     key = repr(config)
     if key not in _rerun_cache:
         history = run_policy_gradient(config)
-        last = history.evals()[-1]
-        _, entropy = _per_epoch(history.steps(), "entropy")
+        evals = history.evals()
+        at = [e for e in evals if e["epoch"] == history.target_epoch]
+        read = at[0] if at else evals[-1]
+        by_epoch = _epoch_steps(history)
+        entropy0 = history.steps()[0]["entropy"]
+        kept = {e: _mean(rs, "entropy") / entropy0 for e, rs in by_epoch.items()}
         _rerun_cache[key] = {
-            "val": last["validation_exact_sort"],
-            "test": last["test_exact_sort"],
-            "responses": last["responses_sampled"],
+            "val": read["validation_exact_sort"],
+            "test": read["test_exact_sort"],
+            "responses": read["responses_sampled"],
             "stop": str(history.stop_reason),
             "leaked": history.train_prompts_with_heldout_key,
-            "best_val": max(e["validation_exact_sort"] for e in history.evals()),
-            "entropy_kept": _early_late(entropy)[1] / entropy[0] if entropy[0] > 0 else 0.0,
-            "findings": tuple(f.name for f in diagnose(history)),
+            "best_val": max(e["validation_exact_sort"] for e in evals),
+            "entropy_kept": kept[max(kept)],
+            "collapse_epoch": next((e for e in sorted(kept) if kept[e] < 0.1), None),
+            "grad_zero": all(r["grad_norm"] == 0.0 for r in history.steps()),
         }
     return _rerun_cache[key]
 
 
-def _still_active(cause: str, config, rerun: dict) -> bool:
-    """Does the re-run still show the cause's own symptom? (It failed; the recipe has one
-    fault, so a KL penalty still on is still the fault.)"""
-    symptom = _FIXES[cause][3]
-    if symptom in rerun["findings"]:
-        return True
-    if cause == "learning_rate_too_high":
-        return "tied_groups" in rerun["findings"]
-    if cause == "kl_penalty_too_strong":
-        return config.kl_coef > 0
-    return False
+def _rerun_seeds(seed: int | None) -> tuple[int, ...]:
+    shift = 0 if seed is None else 2 * seed
+    return tuple(s + shift for s in CAPSTONE_RERUN_SEEDS)
 
 
-def _changed_fields(fixed, broken) -> list[str]:
-    return [
-        f.name
-        for f in fields(broken)
-        if f.name not in _FREE_FIELDS and getattr(fixed, f.name) != getattr(broken, f.name)
-    ]
+def _diagnosed_cause(run: str, diagnosis: Callable) -> str:
+    """The cause of a diagnosis that passes ``check_diagnosis``, else _Failed."""
+    try:
+        out = _call(diagnosis)
+        _judge_diagnosis(run, out)
+    except _NotImplemented as err:
+        raise _Failed(
+            f"the fix is checked for the cause your diagnosis shows: write the diagnosis of run "
+            f"{run} first (it is not implemented yet)"
+        ) from err
+    except _Failed as err:
+        raise _Failed(
+            f"the fix is checked for the cause your diagnosis shows, and the diagnosis of run "
+            f"{run} does not pass yet ({err})"
+        ) from err
+    return out["cause"]
 
 
-def check_broken_run(fn: Callable, run: str, *, seed: int | None = None, strict: bool = False):
-    """fn() -> (cause, config): the cause of broken run ``run`` (a key of ``CAUSES``) and a
-    fixed TrainConfig (start from ``broken_config(run, cause)``). The check re-runs the config
-    with seed CAPSTONE_RERUN_SEED (+ ``seed`` when given: the hidden test) whatever seed it
-    carries, with the validation stop set."""
+def _judge_fix(run: str, cause: str, changes, seed: int | None) -> str:
     from ..config import TrainConfig
 
-    def diagnose() -> str:
-        _check_run(run)
-        broken = _broken_config(run)
-        truth = _BREAKS[run][1]
-        try:
-            out = _call(fn)
-        except _Failed as err:
-            if isinstance(err.__cause__, WrongDiagnosis):  # broken_config(run, wrong cause)
-                raise _Failed(str(err.__cause__)) from err
-            raise
-        if not isinstance(out, tuple) or len(out) != 2:
-            raise _Failed(
-                f"expected a pair (cause, config), got {type(out).__name__}: return e.g. "
-                "('group_too_small', fixed_config)"
-            )
-        cause, config = out
-        if isinstance(cause, TrainConfig) and isinstance(config, str):
-            raise _Failed(
-                "you returned (config, cause): return the pair the other way round, (cause, config)"
-            )
-        problem = _wrong_cause_message(run, cause)
-        if problem is not None:
-            raise _Failed(problem)
-        if not isinstance(config, TrainConfig):
-            raise _Failed(
-                f"the diagnosis is right; the fix must be a TrainConfig, got "
-                f"{type(config).__name__}"
-            )
-        for field, value in CAPSTONE_TASK.items():
-            if getattr(config, field) != value:
-                raise _Failed(
-                    f"the diagnosis is right, but the task and held-out set are fixed: leave "
-                    f"{field} at {value!r} (got {getattr(config, field)!r})"
-                )
-        try:
-            config.validate()
-        except (TypeError, ValueError) as err:
-            raise _Failed(f"the diagnosis is right; the fixed config is invalid: {err}") from err
-        budget = config.num_epochs * config.batch_prompts * config.num_responses
-        if budget > CAPSTONE_BUDGET:
-            raise _Failed(
-                f"the diagnosis is right, but the fix is over budget: {config.num_epochs} x "
-                f"{config.batch_prompts} x {config.num_responses} = {budget:,} sampled "
-                f"responses, more than {CAPSTONE_BUDGET:,}"
-            )
-        accepts, what, own, _ = _FIXES[truth]
-        if not accepts(config, broken):
-            raise _Failed(f"the diagnosis is right, but the fix does not remove it: {what}")
-        others = [name for name in _changed_fields(config, broken) if name not in own]
-        note = (
-            f" (note: you also changed {', '.join(others)}; the cause names only "
-            f"{', '.join(own)}: fix one thing, so the re-run tests your diagnosis)"
-            if others
-            else ""
+    own, way = CAUSE_FIELDS[cause]
+    if not isinstance(changes, dict) or not all(isinstance(k, str) for k in changes):
+        raise _Failed(
+            f"expected a dict {{field: new value}} of the changes to run {run}'s config, got "
+            f"{type(changes).__name__}: e.g. {{'num_responses': 16}}"
         )
-        moved = ", ".join(f"{name}={getattr(config, name)!r}" for name in own)
-        rerun_seed = CAPSTONE_RERUN_SEED + (0 if seed is None else seed)
-        rerun = replace(
-            config,
-            seed=rerun_seed,
-            target_validation_exact_sort=CAPSTONE_STOP,
-            progress=False,
+    names = {f.name for f in fields(TrainConfig)}
+    unknown = [k for k in changes if k not in names]
+    if unknown:
+        raise _Failed(f"TrainConfig has no field {', '.join(map(repr, unknown))}")
+    fixed_here = {**CAPSTONE_TASK, **CAPSTONE_READING}
+    for name in changes:
+        if name in fixed_here:
+            raise _Failed(
+                f"{name} is fixed by the check ({name}={fixed_here[name]!r}): the task, the "
+                "held-out split and the moment the test multisets are read (at the stop) are "
+                "not part of the fix; leave it out"
+            )
+        if name in ("seed", "target_validation_exact_sort", "progress"):
+            raise _Failed(
+                f"{name} is set by the check (it re-runs seeds it chooses, with the stop at "
+                f"validation {CAPSTONE_STOP:.0%}); leave it out"
+            )
+    if own not in changes:
+        raise _Failed(
+            f"your diagnosis is {cause}, which names {own}: the fix must change {own} (you "
+            f"changed {', '.join(changes) or 'nothing'})"
         )
-        r = _rerun(rerun)
+    if not isinstance(way, str) and changes[own] != way:
+        raise _Failed(f"{own}={changes[own]!r} keeps {cause}: set {own}={way!r}")
+    others = [k for k in changes if k != own]
+    try:
+        config = replace(_healthy(), **changes)
+        config.validate()
+    except (TypeError, ValueError) as err:
+        raise _Failed(f"the fixed config is invalid: {err}") from err
+    budget = config.num_epochs * config.batch_prompts * config.num_responses
+    if budget > CAPSTONE_BUDGET:
+        raise _Failed(
+            f"the fix is over budget: {config.num_epochs} x {config.batch_prompts} x "
+            f"{config.num_responses} = {budget:,} sampled responses, more than "
+            f"{CAPSTONE_BUDGET:,}"
+        )
+    note = (
+        f" (note: you also changed {', '.join(others)}; the cause names only {own}: fix one "
+        "thing, so the re-run tests your diagnosis)"
+        if others
+        else ""
+    )
+    moved = f"{own}={changes[own]!r}"
+    seeds = _rerun_seeds(seed)
+    passed = []
+    for rerun_seed in seeds:
+        r = _rerun(
+            replace(
+                config,
+                **CAPSTONE_READING,
+                seed=rerun_seed,
+                target_validation_exact_sort=CAPSTONE_STOP,
+                progress=False,
+            )
+        )
         if r["leaked"]:  # pragma: no cover - the loop holds out by construction
             raise _Failed(f"{r['leaked']} training prompts had a held-out multiset")
         if r["stop"] == "target" and r["test"] >= CAPSTONE_TARGET:
-            return (
-                f"run {run}: {cause}; the fixed config re-run with seed {rerun_seed} stopped "
-                f"at validation {r['val']:.0%} after {r['responses']:,} responses with test "
-                f"exact-sort {r['test']:.0%} (target {CAPSTONE_TARGET:.0%} at the stop, budget "
-                f"{CAPSTONE_BUDGET:,}){note}"
+            passed.append(
+                f"seed {rerun_seed}: stop at validation {r['val']:.0%} after "
+                f"{r['responses']:,} responses, test {r['test']:.0%}"
             )
-        outcome = f"the diagnosis is right, but the fixed config re-run with seed {rerun_seed} " + (
-            f"reached validation {r['val']:.0%} with test exact-sort only {r['test']:.0%}"
+            continue
+        outcome = f"with {moved}, the re-run with seed {rerun_seed} " + (
+            f"stopped at validation {r['val']:.0%} with test exact-sort only {r['test']:.0%}"
             if r["stop"] == "target"
-            else f"ended (stop: {r['stop']}) at validation {r['val']:.0%}, test {r['test']:.0%}"
+            else f"ended (stop: {r['stop']}) with validation at best {r['best_val']:.0%}"
         )
         rule = (
-            f"; the run must stop at validation {CAPSTONE_STOP:.0%} with test at least "
-            f"{CAPSTONE_TARGET:.0%} within {CAPSTONE_BUDGET:,} responses"
+            f" (each re-run must stop at validation {CAPSTONE_STOP:.0%} with test at least "
+            f"{CAPSTONE_TARGET:.0%} at that stop, within {CAPSTONE_BUDGET:,} responses)"
         )
-        trace = (
-            f"entropy ended at {r['entropy_kept']:.0%} of its start, validation exact-sort at "
-            f"best {r['best_val']:.0%}"
-            + (f", diagnose(): {', '.join(r['findings'])}" if r["findings"] else "")
-        )
-        if _still_active(truth, config, r):
-            raise _Failed(
-                f"{outcome}{rule}. The cause is still active: with {moved} the re-run still "
-                f"shows the symptom of {truth} ({trace}). You moved it the right way, not far "
-                f"enough: move {', '.join(own)} further{note}"
-            )
+        done = f" ({len(passed)} of {len(seeds)} seeds passed before it)" if passed else ""
+        entropy = f"entropy ended at {_pct(r['entropy_kept'])} of its start"
         if others:
             raise _Failed(
-                f"{outcome}{rule}. The symptom of {truth} is gone ({trace}), but you also "
-                f"changed {', '.join(others)}: undo those changes, the broken run had only one "
-                "fault"
+                f"{outcome}{rule}{done}: you also changed {', '.join(others)}; undo those "
+                "changes, the broken run had one fault"
             )
-        if truth == "learning_rate_too_high" and r["entropy_kept"] > 0.9:
+        if cause == "learning_rate_too_high" and r["stop"] != "target":
+            if (
+                r["collapse_epoch"] is not None
+                and r["entropy_kept"] < 0.1
+                and (r["collapse_epoch"] <= COLLAPSE_EPOCHS)
+            ):
+                raise _Failed(
+                    f"{outcome}{rule}{done}. The collapse is still there: entropy fell below "
+                    f"10% of its start at epoch {r['collapse_epoch']} ({entropy}) while "
+                    f"validation never passed {r['best_val']:.0%}: the policy became certain "
+                    f"before it learned to sort. Lower learning_rate below "
+                    f"{changes[own]!r}"
+                )
+            if r["collapse_epoch"] is not None and r["entropy_kept"] < 0.1:
+                raise _Failed(
+                    f"{outcome}{rule}{done}. The policy became certain late, at epoch "
+                    f"{r['collapse_epoch']} ({entropy}), with validation at best "
+                    f"{r['best_val']:.0%}: it settled on wrong answers, which a rate too low "
+                    "for this seed can do as well as one too high; try values of "
+                    f"learning_rate on both sides of {changes[own]!r}, each with more seeds"
+                )
+            if r["entropy_kept"] > 0.9:
+                raise _Failed(
+                    f"{outcome}{rule}{done}. No collapse, but the policy barely moves "
+                    f"({entropy}): {moved} is too low now; raise it (stay well below the "
+                    "value that collapsed)"
+                )
+        if cause == "kl_penalty_too_strong" and config.kl_coef > 0:
+            held = r["entropy_kept"] >= 0.9
             raise _Failed(
-                f"{outcome}{rule}. The symptom of {truth} is gone, but with {moved} the policy "
-                f"barely moves ({trace}): you moved {', '.join(own)} too far; try a value "
-                "between the broken one and this one"
+                f"{outcome}{rule}{done}. "
+                + (
+                    f"The policy is still held at its reference ({entropy}): "
+                    if held
+                    else f"The KL penalty is the run's only fault and it is still on ({entropy}): "
+                )
+                + f"lower kl_coef below {changes[own]!r}"
             )
-        tune = (
-            ""
-            if any(isinstance(getattr(config, name), bool) for name in own)
-            else f": tune {', '.join(own)} between the broken value and yours"
-        )
+        if cause == "old_log_probs_not_detached" and r["grad_zero"]:
+            raise _Failed(f"{outcome}{rule}{done}. grad_norm is still exactly 0 at every step")
         raise _Failed(
-            f"{outcome}{rule}. The symptom of {truth} is gone ({trace}), yet the run does not "
-            f"reach the stop{tune}"
+            f"{outcome}{rule}{done}. Neither the symptom of {cause} nor its opposite shows "
+            f"({entropy}, validation at best {r['best_val']:.0%}): try values of {own} on "
+            "both sides of yours and check each with more seeds"
         )
+    graded = (
+        "the graded check re-runs 2 other seeds"
+        if seed is None
+        else f"graded on seeds {', '.join(map(str, seeds))}"
+    )
+    return (
+        f"run {run}: {moved} passes on the {len(seeds)} visible seeds ("
+        f"{'; '.join(passed)}; target: test {CAPSTONE_TARGET:.0%} at the stop){note}; {graded}"
+        if seed is None
+        else f"run {run}: {moved} passes ({'; '.join(passed)}){note}; {graded}"
+    )
+
+
+def check_fix(
+    fn: Callable,
+    run: str,
+    diagnosis: Callable,
+    *,
+    seed: int | None = None,
+    strict: bool = False,
+):
+    """fn() -> {field: new value}: the changes that fix broken run ``run``, for the cause
+    that ``diagnosis`` (checked as ``check_diagnosis`` does) shows. The check applies them to
+    the run's config and re-runs it with seeds CAPSTONE_RERUN_SEEDS (each + 2 ``seed`` when
+    given: the graded check), with the stop and the moment the test is read fixed."""
+
+    def diagnose() -> str:
+        _check_run(run)
+        changes = _call(fn)
+        cause = _diagnosed_cause(run, diagnosis)
+        return _judge_fix(run, cause, changes, seed)
 
     __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
-    return _run(f"broken_run_{run}", diagnose, strict)
+    return _run(f"fix_{run}", diagnose, strict)
+
+
+__all__ = [
+    "CAPSTONE_BUDGET",
+    "CAPSTONE_READING",
+    "CAPSTONE_RERUN_SEEDS",
+    "CAPSTONE_STOP",
+    "CAPSTONE_TARGET",
+    "CAPSTONE_TASK",
+    "CAUSES",
+    "CAUSE_FIELDS",
+    "RUN_NAMES",
+    "broken_run",
+    "check_diagnosis",
+    "check_fix",
+]

@@ -20,6 +20,7 @@ from ._core import (
     _Failed,
     _first_match,
     _fmt_shape,
+    _graded_too,
     _NotImplemented,
     _run,
 )
@@ -89,6 +90,7 @@ def _delta_check(
     )
 
 
+@_graded_too
 def check_centered_deltas(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(rewards float[batch, trial]) -> float[batch, trial]: reward minus the group mean."""
     __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
@@ -99,6 +101,7 @@ def check_centered_deltas(fn: Callable, *, seed: int = 0, strict: bool = False):
     )
 
 
+@_graded_too
 def check_normalized_deltas(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(rewards float[batch, trial]) -> float[batch, trial]: (r - mean) / (std + eps)."""
 
@@ -158,6 +161,7 @@ def check_normalized_deltas(fn: Callable, *, seed: int = 0, strict: bool = False
     )
 
 
+@_graded_too
 def check_loo_deltas(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(rewards float[batch, trial]) -> float[batch, trial]: r_i - mean of the others."""
 
@@ -290,6 +294,7 @@ def baseline_variance_table(
     return table
 
 
+@_graded_too
 def check_baseline(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(rewards float[batch, trial]) -> baselines float[batch, trial] (b_i for each sample).
 

@@ -15,6 +15,7 @@ from ._core import (
     _Failed,
     _first_match,
     _fmt_shape,
+    _graded_too,
     _run,
 )
 
@@ -70,6 +71,7 @@ def _recursion(td, mask, factor, forward=False, store_before=False):
 # --------------------------------------------------------------------------------------
 
 
+@_graded_too
 def check_td_errors(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(rewards, values, mask, gamma) -> float[batch, trial, pos]: the one-step TD error
     delta_t = r_t + gamma V(s_{t+1}) - V(s_t) on real tokens, with V = 0 after the last real
@@ -139,6 +141,7 @@ def check_td_errors(fn: Callable, *, seed: int = 0, strict: bool = False):
 # --------------------------------------------------------------------------------------
 
 
+@_graded_too
 def check_gae(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(rewards, values, mask, gamma, lam) -> advantages float[batch, trial, pos]:
     A_t = delta_t + gamma lam A_{t+1}, computed backwards within each response, 0 on padding

@@ -15,6 +15,7 @@ from ._core import (
     _Failed,
     _first_match,
     _fmt_shape,
+    _graded_too,
     _run,
 )
 
@@ -23,6 +24,7 @@ from ._core import (
 # --------------------------------------------------------------------------------------
 
 
+@_graded_too
 def check_kl_k3(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(log_probs, ref_log_probs float[batch, trial, pos]) -> float[batch, trial, pos]:
     k3 = r - 1 - log r with r = exp(ref_log_probs - log_probs), estimating KL(policy || ref)."""

@@ -17,9 +17,11 @@ from ._core import (
     _call,
     _check_unchanged,
     _close,
+    _expected_got,
     _Failed,
     _first_match,
     _fmt_shape,
+    _graded_too,
     _run,
 )
 
@@ -59,6 +61,7 @@ def _params(model) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
+@_graded_too
 def check_inner_loop(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(model, prompts, responses, deltas, num_steps, learning_rate) -> None.
 
@@ -131,6 +134,7 @@ def _loss_inputs(seed: int):
     return log_probs, old, deltas
 
 
+@_graded_too
 def check_clipped_loss(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(log_probs, old_log_probs float[batch, trial, pos], deltas float[batch, trial],
     epsilon) -> scalar: mean over tokens of -min(ratio * delta, clip(ratio) * delta)."""
@@ -195,8 +199,7 @@ def check_clipped_loss(fn: Callable, *, seed: int = 0, strict: bool = False):
             )
             raise _Failed(
                 mistake
-                or f"value differs from the reference: expected {want.item():.5f}, got "
-                f"{out.item():.5f}"
+                or f"value differs from the reference: {_expected_got(want.item(), out.item(), 5)}"
             )
         if not out.requires_grad:
             raise _Failed(

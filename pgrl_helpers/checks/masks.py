@@ -12,9 +12,11 @@ from ._core import (
     _call,
     _check_unchanged,
     _close,
+    _expected_got,
     _Failed,
     _first_match,
     _fmt_shape,
+    _graded_too,
     _NotImplemented,
     _run,
 )
@@ -45,6 +47,7 @@ def _padded_batch(seed: int, padding=PADDING_VALUE) -> tuple[torch.Tensor, torch
 # --------------------------------------------------------------------------------------
 
 
+@_graded_too
 def check_masked_mean(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(tensor, mask, dim=None) -> the mean of ``tensor`` over the entries where ``mask`` is
     1: a scalar for dim=None, per-slice for dim=d; ValueError if the mask selects nothing."""
@@ -149,6 +152,7 @@ def check_masked_mean(fn: Callable, *, seed: int = 0, strict: bool = False):
 # --------------------------------------------------------------------------------------
 
 
+@_graded_too
 def check_aggregate_loss(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(per_token_loss, mask, aggregation, max_length) -> scalar, for aggregation in
     'sequence_mean' (GRPO), 'token_mean' (DAPO), 'constant_normalizer' (Dr. GRPO, dividing
@@ -222,7 +226,7 @@ def check_aggregate_loss(fn: Callable, *, seed: int = 0, strict: bool = False):
                     f"{aggregation}: "
                     + (
                         message
-                        or f"expected {want.item():.5f}, got {out.item():.5f} on a padded batch "
+                        or f"{_expected_got(want.item(), out.item(), 5)} on a padded batch "
                         f"of {n_seq} responses with lengths {list(MASK_LENGTHS)}"
                     )
                 )

@@ -13,9 +13,11 @@ from ._core import (
     _call,
     _check_unchanged,
     _close,
+    _expected_got,
     _Failed,
     _first_match,
     _fmt_shape,
+    _graded_too,
     _run,
 )
 
@@ -28,6 +30,7 @@ def _episode_inputs(seed: int):
     return log_probs, deltas
 
 
+@_graded_too
 def check_multi_turn_loss(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(log_probs float[batch, trial, 6], deltas float[batch, trial]) -> scalar: the
     REINFORCE loss -delta * log_probs averaged over the POLICY's tokens only (slots 0, 1 and
@@ -85,7 +88,7 @@ def check_multi_turn_loss(fn: Callable, *, seed: int = 0, strict: bool = False):
                 ],
                 1e-5,
             )
-        raise _Failed(mistake or f"expected {want.item():.5f}, got {out.item():.5f}")
+        raise _Failed(mistake or _expected_got(want.item(), out.item(), 5))
 
     __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)
     return _run("multi_turn_loss", diagnose, strict)

@@ -13,9 +13,11 @@ from ._core import (
     _call,
     _check_unchanged,
     _close,
+    _expected_got,
     _Failed,
     _first_match,
     _fmt_shape,
+    _graded_too,
     _run,
 )
 
@@ -46,6 +48,7 @@ def _ratio_inputs(seed: int, finite: bool = True):
 # --------------------------------------------------------------------------------------
 
 
+@_graded_too
 def check_sequence_ratio(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(log_probs, old_log_probs, mask) -> s float[batch, trial]: GSPO's ratio
     s_i = (pi(y_i|x) / pi_old(y_i|x))^(1/|y_i|) = exp(mean over the real tokens of
@@ -147,6 +150,7 @@ def _cispo_inputs(seed: int):
     return log_probs, old, deltas
 
 
+@_graded_too
 def check_cispo_loss(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(log_probs, old_log_probs float[batch, trial, pos], deltas float[batch, trial],
     eps_low, eps_high) -> scalar: the mean over tokens of
@@ -208,9 +212,7 @@ def check_cispo_loss(fn: Callable, *, seed: int = 0, strict: bool = False):
                 ],
                 1e-5,
             )
-            raise _Failed(
-                mistake or f"value differs: expected {want.item():.5f}, got {out.item():.5f}"
-            )
+            raise _Failed(mistake or f"value differs: {_expected_got(want.item(), out.item(), 5)}")
         if not out.requires_grad:
             raise _Failed("value is right but carries no gradient (do not detach log_probs)")
         (got,) = torch.autograd.grad(out, log_probs, allow_unused=True)

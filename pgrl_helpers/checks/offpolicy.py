@@ -14,9 +14,11 @@ from ._core import (
     _call,
     _check_unchanged,
     _close,
+    _expected_got,
     _Failed,
     _first_match,
     _fmt_shape,
+    _graded_too,
     _run,
 )
 
@@ -35,6 +37,7 @@ def _is_inputs(seed: int):
     return log_p_sampler + log_w, log_p_sampler, mask
 
 
+@_graded_too
 def check_truncated_weights(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(log_p_train, log_p_sampler, mask, cap) -> float[batch, trial, pos]: the truncated
     importance weight min(pi_train / pi_sampler, cap) per token (TIS). Only real tokens
@@ -96,6 +99,7 @@ def _ess_weights(seed: int) -> torch.Tensor:
     return torch.exp(torch.randn(12, generator=g))
 
 
+@_graded_too
 def check_effective_sample_size(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(weights float[n]) -> Kong's (1992) effective sample size (sum w)^2 / sum w^2, a
     number (float or 0-d tensor) between 1 and n."""
@@ -158,7 +162,7 @@ def check_effective_sample_size(fn: Callable, *, seed: int = 0, strict: bool = F
                 ],
                 1e-5,
             )
-            raise _Failed(f"{label}: " + (mistake or f"expected {want:.4f}, got {float(out):.4f}"))
+            raise _Failed(f"{label}: " + (mistake or _expected_got(float(want), float(out))))
         return "matches (sum w)^2 / sum w^2 on log-normal, equal and degenerate weights"
 
     __tracebackhide__ = True  # noqa: F841 (IPython hides this frame in tracebacks)

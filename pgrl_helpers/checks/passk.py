@@ -9,7 +9,7 @@ import torch
 
 from .._validate import is_number
 from ..passk import pass_at_k
-from ._core import _call, _check_unchanged, _Failed, _fmt_shape, _run
+from ._core import _call, _check_unchanged, _expected_got, _Failed, _fmt_shape, _graded_too, _run
 
 
 def brute_force_pass_at_k(n: int, c: int, k: int) -> float:
@@ -34,18 +34,32 @@ def _number(out, what: str) -> float:
     return float(out)
 
 
+@_graded_too
 def check_pass_at_k(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(n, c, k) -> float: the unbiased pass@k 1 - C(n - c, k) / C(n, k), checked against
     brute-force enumeration of every k-subset, then at n = 200 for numerical stability."""
 
     def diagnose() -> str:
         cases = PASSK_CASES[seed % 3 :] + PASSK_CASES[: seed % 3]
-        for n, c, k in cases:
-            got = _number(_call(fn, n, c, k), f"pass_at_k({n}, {c}, {k})")
+        answers = {
+            (n, c, k): _number(_call(fn, n, c, k), f"pass_at_k({n}, {c}, {k})") for n, c, k in cases
+        }
+        wrong = [
+            case for case in cases if not abs(answers[case] - brute_force_pass_at_k(*case)) <= 1e-9
+        ]
+        if wrong and all(n - c < k for n, c, k in wrong):
+            n, c, k = wrong[0]
+            raise _Failed(
+                f"at n = {n}, c = {c}, k = {k}: "
+                f"{_expected_got(brute_force_pass_at_k(n, c, k), answers[wrong[0]])}. Your "
+                f"function is right wherever n - c >= k and wrong in the {len(wrong)} cases "
+                "where n - c < k: there every k-subset holds a correct sample (there are fewer "
+                "than k wrong ones), so C(n - c, k) = 0 and pass@k = 1"
+            )
+        for n, c, k in wrong:
+            got = answers[(n, c, k)]
             want = brute_force_pass_at_k(n, c, k)
-            if abs(got - want) <= 1e-9:
-                continue
-            at = f"at n = {n}, c = {c}, k = {k}: expected {want:.4f}, got {got:.4f}"
+            at = f"at n = {n}, c = {c}, k = {k}: {_expected_got(want, got)}"
             if abs(got - (1 - (1 - c / n) ** k)) <= 1e-9:
                 raise _Failed(
                     f"biased estimator {at}: 1 - (1 - c/n)^k samples WITH replacement and "
@@ -75,7 +89,7 @@ def check_pass_at_k(fn: Callable, *, seed: int = 0, strict: bool = False):
             want = pass_at_k(n, c, k)
             if not abs(got - want) <= 1e-6:
                 raise _Failed(
-                    f"at n = {n}, c = {c}, k = {k}: expected {want:.6f}, got {got}; with "
+                    f"at n = {n}, c = {c}, k = {k}: {_expected_got(want, got, 6)}; with "
                     "large n, avoid factorials in floats (use math.comb, or the product "
                     "1 - prod_{i = n-c+1}^{n} (1 - k / i))"
                 )
@@ -94,6 +108,7 @@ def _correct_matrix(seed: int) -> torch.Tensor:
     return torch.rand(6, 10, generator=g) < rates[:, None]
 
 
+@_graded_too
 def check_mean_pass_at_k(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(correct bool[problems, n], k) -> float: the benchmark's pass@k, the MEAN over
     problems of each problem's unbiased pass@k from its own count c_j."""
@@ -114,7 +129,7 @@ def check_mean_pass_at_k(fn: Callable, *, seed: int = 0, strict: bool = False):
         if not wrong:
             return f"mean over {len(counts)} problems matches at k = 1, 3 and 7 (n = {n})"
         k = wrong[0]
-        at = f"k = {k}: expected {want[k]:.4f}, got {got[k]:.4f}"
+        at = f"k = {k}: {_expected_got(want[k], got[k])}"
 
         def matches(*forms) -> bool:
             """The output equals one of ``forms`` (functions of k) at every k checked: one

@@ -18,6 +18,7 @@ from ._core import (
     _Failed,
     _first_match,
     _fmt_shape,
+    _graded_too,
     _run,
 )
 
@@ -38,6 +39,7 @@ def _reward_inputs(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return prompts, responses
 
 
+@_graded_too
 def check_sort_distance_reward(fn: Callable, *, seed: int = 0, strict: bool = False):
     """The batched ``sort_distance_reward``.
 
@@ -121,6 +123,7 @@ def _exact_inputs(seed: int):
     return model, prompts
 
 
+@_graded_too
 def check_expected_reward(fn: Callable, *, seed: int = 0, strict: bool = False):
     """fn(model, prompts int[batch, prompt_pos]) -> float[batch]: exact E[R | s] under
     ``sort_distance_reward``, differentiable in the model's parameters."""

@@ -89,16 +89,29 @@ def check_training_config(fn: Callable, *, seed: int | None = None, strict: bool
                 f"{config.num_epochs} x {config.batch_prompts} x {config.num_responses} = "
                 f"{budget:,} sampled responses, more than {TRAINING_BUDGET:,}"
             )
-        run = replace(config, target_validation_exact_sort=TRAINING_STOP, progress=False)
+        # the test is read at the stop: a config that trains on after it (epochs_after_target)
+        # would report a later reading (issue 51)
+        run = replace(
+            config,
+            target_validation_exact_sort=TRAINING_STOP,
+            epochs_after_target=0,
+            progress=False,
+        )
         if seed is not None:
             run = replace(run, seed=config.seed + seed)
         best, responses, stop, val = _training_outcome(run)
         seed_note = "" if seed is None else f" (rerun with seed {run.seed})"
+        graded = (
+            f"; passes on the visible seed ({run.seed}); graded on 1 other (hidden): try "
+            "check_training_config(my_config, seed=k) for a few k"
+            if seed is None
+            else ""
+        )
         if stop == "target" and best >= TRAINING_TARGET:
             return (
                 f"validation reached {TRAINING_STOP:.0%} after {responses:,} sampled responses "
                 f"(budget {TRAINING_BUDGET:,}); greedy exact-sort on the unseen test multisets "
-                f"was then {best:.0%} >= {TRAINING_TARGET:.0%}{seed_note}"
+                f"was then {best:.0%} >= {TRAINING_TARGET:.0%}{seed_note}{graded}"
             )
         if stop == "target":
             raise _Failed(

@@ -62,6 +62,18 @@ def errors(cell) -> list:
     return [o for o in cell.get("outputs", []) if o.output_type == "error"]
 
 
+def exercise_checks(nb) -> list[list]:
+    """Per exercise heading, the check cells that follow it (before the next heading): the
+    capstone grades its diagnosis and its fix in two cells."""
+    groups: list[list] = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and EXERCISE.search(cell.source):
+            groups.append([])
+        elif groups and is_check(cell):
+            groups[-1].append(cell)
+    return groups
+
+
 def exercises(path: Path) -> list[tuple[int, str, int, int]]:
     found = []
     for cell in load(path).cells:
@@ -97,7 +109,10 @@ def test_every_exercise_has_a_solution_cell_and_a_check_cell(path):
         solution, check = nb.cells[i + 1], nb.cells[i + 2]
         assert is_solution(solution) and "### BEGIN SOLUTION" in solution.source
         assert is_check(check) and nbgrader_meta(check)["points"] >= 1
-        assert "checks.check_" in check.source and "### BEGIN HIDDEN TESTS" in check.source
+        for cell in nb.cells[i + 2 :]:
+            if not is_check(cell):
+                break
+            assert "checks.check_" in cell.source and "### BEGIN HIDDEN TESTS" in cell.source
     for cell in nb.cells:
         assert not cell.get("outputs") and cell.get("execution_count") is None, (
             "store instructor notebooks without outputs"
@@ -202,7 +217,9 @@ def test_instructor_notebook_passes_every_check(path):
             assert len(lines) == 1 and PASS_LINE.match(lines[0]), (
                 f"check cell should print exactly one [PASS] line, got {lines}"
             )
-    assert checks == len(exercises(path))
+    groups = exercise_checks(load(path))
+    assert len(groups) == len(exercises(path)) and all(groups)
+    assert checks == sum(len(g) for g in groups)
 
 
 def readme_grep_command() -> str:
@@ -211,8 +228,10 @@ def readme_grep_command() -> str:
     section = readme.split("**Without nbgrader**", 1)[1].split("**With nbgrader", 1)[0]
     lines = [line.strip() for line in section.splitlines() if line.strip().startswith("grep ")]
     assert len(lines) == 1, f"expected one grep command in the README's recipe, got {lines}"
-    assert lines[0].endswith(" graded.ipynb"), lines[0]
-    return lines[0]
+    # issue 50: the example keeps the students' files out of the repository
+    shown = "~/submissions/graded/alice_08_pass_at_k.ipynb"
+    assert lines[0].endswith(f" {shown}"), lines[0]
+    return lines[0].replace(shown, "graded.ipynb")
 
 
 @pytest.mark.parametrize("path", INSTRUCTOR, ids=lambda p: p.name)
@@ -226,7 +245,7 @@ def test_the_readme_grading_command_counts_every_check_of_a_correct_notebook(pat
     )
     found = done.stdout.splitlines()
     checks = sum(is_check(c) for c in nb.cells)
-    assert len(found) == checks == len(exercises(path)), (found, checks)
+    assert len(found) == checks >= len(exercises(path)), (found, checks)
     assert all(line.startswith("[PASS] ") for line in found), found
 
 
@@ -244,6 +263,9 @@ def test_the_capstone_hands_out_no_broken_knob():
         assert leak not in shown, f"the student capstone shows {leak!r}"
     source = "\n".join(c.source for c in nb.cells)
     assert "TrainConfig()" not in source and "fields(" not in source
+    # nothing to call that answers "is this the cause?" (issue 51): the configs are not in
+    # the package, and the diagnosis is judged by the evidence in the history
+    assert "broken_config" not in source
 
 
 def test_every_exercise_has_a_collapsible_hint():
@@ -292,7 +314,7 @@ def test_student_notebook_fails_only_with_not_implemented(path):
             lines = [line for line in stream_text(cell).splitlines() if line.strip()]
             assert len(lines) == 1 and TODO_LINE.match(lines[0]), lines
         assert "[PASS]" not in stream_text(cell), "a blank stub must not pass a check"
-    assert checks == len(exercises(path))
+    assert checks == sum(len(g) for g in exercise_checks(load(path)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -355,7 +377,7 @@ def test_points_equal_difficulty_and_the_readme_map_totals_them():
             for c in nb.cells
             if c.cell_type == "markdown" and EXERCISE.search(c.source)
         ]
-        points = [nbgrader_meta(c)["points"] for c in nb.cells if is_check(c)]
+        points = [sum(nbgrader_meta(c)["points"] for c in g) for g in exercise_checks(nb)]
         assert points == [int(h.group(3)) for h in heads], path.name
         total = sum(points)
         grand_total += total

@@ -138,7 +138,8 @@ def readme_block(title: str) -> str:
 
 def test_the_readme_flow_by_hand_runs_as_written(tmp_path):
     """The README's nbgrader commands, verbatim, in a scratch copy of the repository's layout
-    (.venv and assignments/ linked, the student's file in the root): a correct submission of
+    (.venv and assignments/ linked, the student's file in a folder outside it, as issue 50
+    asks: $SUBMISSIONS): a correct submission of
     assignment 5 gets 5 of 5 points, its feedback page renders math offline, grades.csv has
     its row."""
     pytest.importorskip("nbgrader", reason="pip install -r requirements-instructor.txt")
@@ -150,9 +151,16 @@ def test_the_readme_flow_by_hand_runs_as_written(tmp_path):
         (repo / name).symlink_to(ROOT / name)
     name = "05_masks_and_aggregation.ipynb"
     answers = solutions(ROOT / "assignments" / "instructor" / name)
-    filled(ROOT / "assignments" / "student" / name, answers, repo / f"alice_{name}")
+    submissions = tmp_path / "submissions"
+    submissions.mkdir()
+    filled(ROOT / "assignments" / "student" / name, answers, submissions / f"alice_{name}")
     done = subprocess.run(
-        ["bash", "-e", "-c", block], cwd=repo, capture_output=True, text=True, timeout=900
+        ["bash", "-e", "-c", block],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "SUBMISSIONS": str(submissions)},
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     assert "now render math offline" in done.stdout
@@ -203,10 +211,12 @@ def test_grade_runs_the_whole_flow_on_student_files(tmp_path, capsys):
         grade.main([str(stray), "--course", str(course)])
 
 
-def test_tasks_grade_sets_up_mathjax_then_runs_grade_py(monkeypatch):
+def test_tasks_grade_sets_up_mathjax_then_runs_grade_py(monkeypatch, tmp_path):
     """``tasks.py grade`` installs the instructor's requirements and MathJax's wheel (pinned
     in requirements-book.txt, without Sphinx), then runs grade.py with its arguments;
     ``tasks.py assignments`` does the same setup before generating."""
+    monkeypatch.chdir(tmp_path)  # tasks.py checks that the submission exists before any setup
+    (tmp_path / "alice_08_pass_at_k.ipynb").write_text("{}")
     spec = importlib.util.spec_from_file_location("tasks_under_test", ROOT / "tasks.py")
     tasks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tasks)
