@@ -19,7 +19,8 @@ Where things live, by room:
   ``tool_task``, ``value``, ``offpolicy``, ``infra``, ``memory``
 * exact studies and instruments (one or two notebooks each): ``exact``, ``kl_exact``,
   ``baselines``, ``reinforce``, ``credit``, ``claims``, ``clip_family``, ``diagnose``,
-  ``symptoms``, ``collapse``, ``seed_stats``, ``passk``, ``bench_results``
+  ``symptoms``, ``trl_log``, ``trl_diagnose`` (TRL logs read without TRL), ``collapse``,
+  ``seed_stats``, ``passk``, ``bench_results``
 * optional dependencies, in subpackages named after the pip extras: ``ui`` (``ui.dashboard``,
   ``ui.figures``, ``ui.gae_widget``, ``ui.clip_widget``; extra ``widgets``: ipywidgets,
   matplotlib) and ``hf`` (``hf.trl_config``, ``hf.trl_bridge``, ``hf.trl_objectives``,

@@ -589,3 +589,9 @@ def warnings_only(findings: list[Finding]) -> list[Finding]:
     Taught in notebook 13.
     """
     return [f for f in findings if f.severity == "warning"]
+
+
+if __name__ == "__main__":  # python -m pgrl_helpers.diagnose PATH: see trl_diagnose
+    from pgrl_helpers.trl_diagnose import main
+
+    raise SystemExit(main())

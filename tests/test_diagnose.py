@@ -47,7 +47,8 @@ exact_sort_reward.vectorized = True
 
 
 def flaky_reward(prompts, responses):
-    """sort_distance_reward, except about 1 response in 1000 scores 1000 (a reward outlier)."""
+    """sort_distance_reward, except about 1 response in 300 scores 1000 (a reward outlier;
+    1 in 316 over uniformly drawn prompts and responses, as ``symptoms.flaky_reward``)."""
     rewards = sort_distance_reward_batch(prompts, responses)
     weights = torch.tensor([7, 31, 131, 521])
     code = (responses.long() * weights).sum(-1) + (prompts.long() * weights.flip(0)).sum(-1)[
