@@ -12,6 +12,9 @@ full-vocabulary log-softmax.
   for a policy that defines ``_log_softmax`` and ``_decode``
   (``hf_policy.HFSortPolicy``, ``real_lm.ChatLMPolicy``).
 
+Not imported by a notebook: the shared plumbing of ``hf_policy`` (notebook 14) and
+``real_lm`` (notebook 16), which the notebooks use instead.
+
 Needs only torch.
 """
 
