@@ -70,8 +70,24 @@ def normalized_rewards_deltas(rewards, mask, eps, std_floor):
 
 
 def max_rewards_deltas(rewards, mask, eps, std_floor):
-    """Keep r where it equals the group maximum, 0 elsewhere (winner takes all). A tied group
-    keeps every reward unchanged."""
+    """Keep r where it equals the group maximum, 0 elsewhere (the lecture's winner takes all).
+
+    Defined for rewards >= 0 (every reward of the sort tasks' own functions but
+    ``dedup_position_reward``), and a negative reward raises ValueError: the winner's weight
+    is its own reward, so with rewards below 0 the best response would be pushed *down*
+    (``TrainConfig.validate`` refuses the settings that can make one, ``NEGATIVE_REWARDS``).
+    A tied group keeps every reward unchanged, on purpose: all its responses are winners, so
+    the group gets plain REINFORCE (delta = r, no baseline), which pushes every response up
+    by the same amount (unlike the centred modes, where a tied group gives no gradient, as
+    ``frac_reward_zero_std`` counts). That is the lecture's rule, kept so its result
+    reproduces (notebook 07); the centred modes are the fix.
+    """
+    if bool((rewards < 0).any()):
+        raise ValueError(
+            "rewards: deltas_mode 'max_rewards' needs rewards >= 0 (the best response is "
+            f"weighted by its own reward), got a minimum of {float(rewards.min()):g}; use "
+            "'centered_rewards'"
+        )
     best = rewards.max(dim=-1, keepdim=True).values
     return torch.where(rewards == best, rewards, torch.zeros_like(rewards))
 

@@ -46,7 +46,21 @@ from ._validate import (
     check_token_range,
 )
 from .masking import masked_mean
-from .models import _Block
+from .models import transformer_trunk
+
+
+def autoregressive_arguments(config) -> dict:
+    """``AutoregressiveSortPolicy``'s arguments for a ``TrainConfig`` (also the critic's,
+    ``value.build_critic``: the same trunk): its sizes, ``response_length`` and ``seed``."""
+    return {
+        "vocab_size": config.vocab_size,
+        "prompt_length": config.prompt_length,
+        "max_response_length": config.response_length,
+        "d_model": config.embedding_dim,
+        "num_layers": config.num_layers,
+        "num_heads": config.num_heads,
+        "seed": config.seed,
+    }
 
 
 class AutoregressiveSortPolicy(nn.Module):
@@ -72,16 +86,11 @@ class AutoregressiveSortPolicy(nn.Module):
         seed: int | None = None,
     ):
         super().__init__()
-        check_positive_ints(
+        check_positive_ints(  # d_model, num_layers, num_heads: transformer_trunk
             vocab_size=vocab_size,
             prompt_length=prompt_length,
             max_response_length=max_response_length,
-            d_model=d_model,
-            num_layers=num_layers,
-            num_heads=num_heads,
         )
-        if d_model % num_heads:
-            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
         self.vocab_size = vocab_size
         self.prompt_length = prompt_length
         self.max_response_length = max_response_length
@@ -91,16 +100,12 @@ class AutoregressiveSortPolicy(nn.Module):
         self.output_size = vocab_size + 1
         self.max_seq_len = prompt_length + 1 + max_response_length
         self.d_model = d_model
-        with torch.random.fork_rng(enabled=seed is not None):
-            if seed is not None:
-                torch.manual_seed(seed)
-            self.embedding = nn.Embedding(vocab_size + 2, d_model)
-            self.position = nn.Parameter(torch.randn(self.max_seq_len, d_model) * 0.1)
-            self.blocks = nn.ModuleList(
-                _Block(d_model, num_heads, causal=True) for _ in range(num_layers)
+        self.embedding, self.position, self.blocks, self.final_norm, self.unembed = (
+            transformer_trunk(
+                vocab_size + 2, self.max_seq_len, 0.1, d_model, num_layers, num_heads,
+                self.output_size, causal=True, seed=seed,
             )
-            self.final_norm = nn.LayerNorm(d_model)
-            self.unembed = nn.Linear(d_model, self.output_size)
+        )  # fmt: skip
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens int[batch, seq] -> next-token logits float[batch, seq, vocab_size + 1]."""

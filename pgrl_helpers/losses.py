@@ -29,7 +29,7 @@ token, as the lecture does; ``per_token_loss_and_metrics`` (the loop's entry) al
 the metrics. Notebook 04 teaches the ratio, the clip and the freeze pitfall, 06 one GRPO
 step, 11 the 2025 objectives.
 
-Taught in notebook 04; also used in notebooks 00, 05, 06, 08, 09, 11, 15.
+Taught in notebook 04; also used in notebooks 00, 03, 05, 06, 08, 09, 11, 15.
 """
 
 from __future__ import annotations
@@ -49,7 +49,12 @@ from ._validate import (
 from .covariance import kl_cov_tokens
 
 #: Where the importance ratio lives: one per token (PPO/GRPO) or one per response (GSPO).
+#: The one list of ``importance_sampling_level``'s values (``LossOptions`` checks it; the loop
+#: reads the level only through ``loss_options``).
 IMPORTANCE_SAMPLING_LEVELS: tuple[str, ...] = ("token", "sequence")
+
+#: Loss modes that act on single tokens, so they need the 'token' level.
+TOKEN_LEVEL_MODES: tuple[str, ...] = ("kl_cov",)
 
 FREEZE_MESSAGE = (
     "old_log_probs requires grad: the ratio exp(log_probs - old_log_probs) is then "
@@ -99,39 +104,36 @@ class LossOptions:
         return self.epsilon if self.epsilon_high is None else self.epsilon_high
 
 
-def loss_options(config, level: str | None = None) -> LossOptions:
+def loss_options(config) -> LossOptions:
     """The loss settings of a ``TrainConfig``: every ``LossOptions`` field read from the config
-    field of the same name.
+    field of the same name, ``importance_sampling_level`` included (the one place the loop
+    reads the ratio's level).
 
     ``TrainConfig`` declares those fields with ``LossOptions``' defaults, so the two cannot
     disagree; building the ``LossOptions`` checks every field (naming it and its bound).
-    ``level`` overrides ``config.importance_sampling_level`` ('token' or 'sequence'): the
-    objective a ``registry.POLICY_OBJECTIVES`` entry runs (keyed by that same field) passes
-    its own.
     """
-    if level is None:
-        level = config.importance_sampling_level
-    settings = {
-        field.name: getattr(config, field.name)
-        for field in fields(LossOptions)
-        if field.name != "importance_sampling_level"
-    }
-    return LossOptions(**settings, importance_sampling_level=level)
+    return LossOptions(**{field.name: getattr(config, field.name) for field in fields(LossOptions)})
+
+
+def check_level_fits_mode(mode: str, level: str) -> None:
+    """Raise ValueError if loss ``mode`` acts on single tokens (``TOKEN_LEVEL_MODES``, KL-Cov)
+    and ``level`` is not 'token'."""
+    if mode in TOKEN_LEVEL_MODES and level != "token":
+        raise ValueError(
+            f"loss_mode {mode!r} penalises single tokens: it needs importance_sampling_level "
+            f"'token', got {level!r}"
+        )
 
 
 def check_loss_fields(config) -> None:
     """Raise naming the first bad loss field of a ``TrainConfig``.
 
     ``loss_mode`` one of ``LOSS_MODES``; its options checked by ``loss_options``; KL-Cov
-    penalises single tokens, so it needs ``importance_sampling_level`` 'token'.
+    penalises single tokens, so it needs ``importance_sampling_level`` 'token'
+    (``check_level_fits_mode``).
     """
     check_choice(config.loss_mode, LOSS_MODES, "loss_mode")
-    loss_options(config)
-    if config.loss_mode == "kl_cov" and config.importance_sampling_level != "token":
-        raise ValueError(
-            "loss_mode 'kl_cov' penalises single tokens: it needs importance_sampling_level "
-            f"'token', got {config.importance_sampling_level!r}"
-        )
+    check_level_fits_mode(config.loss_mode, loss_options(config).importance_sampling_level)
 
 
 def _fraction(flags: torch.Tensor, mask: torch.Tensor | None, shape) -> float:
@@ -229,13 +231,9 @@ def kl_cov_loss(log_probs, old_log_probs, delta, ratio, mask, options):
     """-r A, plus ``kl_cov_coef`` |log pi - log pi_old| on the ``kl_cov_ratio`` fraction of
     real tokens with the largest covariance (log pi - mean)(A - mean) (``kl_cov_tokens``;
     KL-Cov, Cui et al. 2025, arXiv 2505.22617; verl's ``loss_mode="kl_cov"``). Token level
-    only. No metrics.
+    only (``TOKEN_LEVEL_MODES``: ``per_token_loss_and_metrics`` refuses the sequence level).
+    No metrics.
     """
-    if options.importance_sampling_level != "token":
-        raise ValueError(
-            "loss mode 'kl_cov' penalises single tokens: it needs importance_sampling_level "
-            f"'token', got {options.importance_sampling_level!r}"
-        )
     chosen = kl_cov_tokens(log_probs, delta.expand(log_probs.shape), options.kl_cov_ratio, mask)
     penalty = options.kl_cov_coef * (log_probs - old_log_probs).abs()
     return -ratio * delta + torch.where(chosen, penalty, torch.zeros_like(penalty)), {}
@@ -363,8 +361,8 @@ def per_token_loss_and_metrics(
     log_probs float[batch, trial, pos]; deltas float[batch, trial] or [batch, trial, pos];
     old_log_probs float[batch, trial, pos], frozen (unless ``check_frozen=False``), needed by
     every mode but naive; ``mask`` float/bool[batch, trial, pos] (None: all real) is read
-    by the sequence level, by kl_cov and by the metrics. The loop's objectives call this
-    (``registry.POLICY_OBJECTIVES``).
+    by the sequence level, by kl_cov and by the metrics. The loop's objective calls this
+    (``objective.surrogate_loss``).
     """
     check_choice(mode, LOSS_FUNCTIONS, "loss mode")
     check_ndim(log_probs, 3, "log_probs", "batch, trial, pos")
@@ -373,6 +371,7 @@ def per_token_loss_and_metrics(
     check_finite(log_probs, "log_probs")
     if not isinstance(options, LossOptions):
         raise TypeError(f"options must be a LossOptions, got {type(options).__name__}")
+    check_level_fits_mode(mode, options.importance_sampling_level)
     bool_mask = _bool_mask(mask, log_probs)
     ratio = None
     if mode not in RATIO_FREE_MODES:
@@ -422,7 +421,7 @@ def compute_per_token_loss(
     when old_log_probs equal log_probs (detached). For the clipped tokens call ``clip_mask``;
     for the metrics, ``per_token_loss_and_metrics``.
 
-    Taught in notebook 04; also used in notebooks 06, 08, 11, 15.
+    Taught in notebook 04; also used in notebooks 03, 06, 08, 11, 15.
     """
     options = LossOptions(
         epsilon, epsilon_high, importance_sampling_level=importance_sampling_level, **mode_options

@@ -3,8 +3,10 @@
 ``LectureModel`` is the lecture's toy policy, with its bug fixed (``forward``
 returns logits ``[batch, pos, vocab]``, not the decoded hidden states
 ``[batch, pos, dim]``). It decodes every output position independently from one
-shared code vector: not autoregressive, and not able to represent sorting in
-general (see notebook 07).
+shared code vector: not autoregressive. It can represent sorting when
+``embedding_dim >= vocab_size`` (notebook 07 sets its weights by hand so that greedy
+decoding sorts every prompt); trained on the lecture's three prompts it memorizes
+their answers and does not generalize (notebook 07, section 3).
 
 Both policies implement ``policy.Policy`` (through ``PositionalPolicy``): ``sample``,
 ``log_probs``, ``token_entropy``, ``mean_entropy``, ``greedy``.
@@ -133,6 +135,42 @@ class _Block(nn.Module):
         return x + self.mlp(self.mlp_norm(x))
 
 
+def transformer_trunk(
+    num_embeddings: int,
+    slots: int,
+    slot_scale: float | None,
+    d_model: int,
+    num_layers: int,
+    num_heads: int,
+    output_size: int,
+    causal: bool,
+    seed: int | None,
+) -> tuple[nn.Embedding, nn.Parameter, nn.ModuleList, nn.LayerNorm, nn.Linear]:
+    """(embedding, slot parameter, blocks, final norm, unembedding) of a small transformer.
+
+    The one trunk of ``SortTransformer`` (its query slots: ``slot_scale`` None, full
+    attention) and of ``autoregressive.AutoregressiveSortPolicy`` (its position embeddings,
+    scaled by 0.1; causal attention). Created in this order under ``seed`` (with the global
+    RNG forked, so the caller's stream is untouched): assign them to the module in the same
+    order so that its parameters keep it. The slot parameter is N(0, 1) x ``slot_scale``,
+    float[slots, d_model]. Raises ValueError naming a size that is not a positive int, or a
+    ``d_model`` that ``num_heads`` does not divide.
+    """
+    check_positive_ints(d_model=d_model, num_layers=num_layers, num_heads=num_heads)
+    if d_model % num_heads:
+        raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+    with torch.random.fork_rng(enabled=seed is not None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        embedding = nn.Embedding(num_embeddings, d_model)
+        slot = torch.randn(slots, d_model)
+        slot = nn.Parameter(slot if slot_scale is None else slot * slot_scale)
+        blocks = nn.ModuleList(_Block(d_model, num_heads, causal=causal) for _ in range(num_layers))
+        final_norm = nn.LayerNorm(d_model)
+        unembed = nn.Linear(d_model, output_size)
+    return embedding, slot, blocks, final_norm, unembed
+
+
 class SortTransformer(PositionalPolicy, nn.Module):
     """A tiny non-autoregressive transformer that can represent sorting.
 
@@ -158,27 +196,17 @@ class SortTransformer(PositionalPolicy, nn.Module):
         seed: int | None = None,
     ):
         super().__init__()
-        check_positive_ints(
-            vocab_size=vocab_size,
-            prompt_length=prompt_length,
-            d_model=d_model,
-            num_layers=num_layers,
-            num_heads=num_heads,
-        )
-        if d_model % num_heads:
-            raise ValueError(f"d_model ({d_model}) must be divisible by num_heads ({num_heads})")
+        check_positive_ints(vocab_size=vocab_size, prompt_length=prompt_length)  # + the trunk's
         self.vocab_size = vocab_size
         self.prompt_length = prompt_length
         self.response_length = prompt_length
         self.d_model = d_model
-        with torch.random.fork_rng(enabled=seed is not None):
-            if seed is not None:
-                torch.manual_seed(seed)
-            self.embedding = nn.Embedding(vocab_size, d_model)
-            self.query_slots = nn.Parameter(torch.randn(prompt_length, d_model))
-            self.blocks = nn.ModuleList(_Block(d_model, num_heads) for _ in range(num_layers))
-            self.final_norm = nn.LayerNorm(d_model)
-            self.unembed = nn.Linear(d_model, vocab_size)
+        self.embedding, self.query_slots, self.blocks, self.final_norm, self.unembed = (
+            transformer_trunk(
+                vocab_size, prompt_length, None, d_model, num_layers, num_heads, vocab_size,
+                causal=False, seed=seed,
+            )
+        )  # fmt: skip
 
     def forward(self, prompts: torch.Tensor) -> torch.Tensor:
         """int[batch, prompt_pos] -> logits float[batch, out_pos, vocab] (out_pos = prompt_pos)."""

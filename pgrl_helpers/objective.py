@@ -6,15 +6,14 @@ reads a ``TrainConfig`` and a ``Rollout``:
 1. deltas (= advantages; ``advantages.DELTA_FUNCTIONS``, one function per ``deltas_mode``):
    ``group_baseline_deltas``, the ``registry.ADVANTAGE_ESTIMATORS['group']`` entry (PPO's
    critic, the 'gae' entry, lives in ``value``);
-2. per-token loss (``losses.LOSS_FUNCTIONS``, one function per ``loss_mode``): ``surrogate_loss``
-   picks the old log-probs (rollout's, none for REINFORCE, or the freeze pitfall on purpose)
-   and the ratio's level (``importance_sampling_level``: 'token', or GSPO's 'sequence');
+2. per-token loss (``losses.LOSS_FUNCTIONS``, one function per ``loss_mode``): ``surrogate_loss``,
+   the loop's one call, picks the old log-probs (rollout's, none for REINFORCE, or the freeze
+   pitfall on purpose); the ratio's level (``importance_sampling_level``: 'token', or GSPO's
+   'sequence') is a loss option like epsilon, read once by ``losses.loss_options``;
 3. the token remedies (Clip-Cov, the high-entropy-token mask): ``apply_token_remedies``;
 4. then the loop (``training``): off-policy weights (``Rollout.weighted``), the aggregation
    (``masking.aggregate_loss`` by ``loss_aggregation``), the KL and entropy terms.
 
-``token_level_objective`` and ``sequence_level_objective`` are the two
-``registry.POLICY_OBJECTIVES`` entries (keyed by ``TrainConfig.importance_sampling_level``);
 ``recipes.RECIPES`` says which fields make GRPO, DAPO, GSPO, ...
 
 Why here and not in ``registry``: ``registry`` is the list of names the config may use (tables
@@ -22,8 +21,8 @@ and the factories they name); what a name *does* to the loss lives with the rest
 objective. Why not in ``advantages`` or ``losses``: those take tensors only (the math is a leaf
 layer, copyable with ``_validate`` alone); this module reads configs and rollouts.
 
-Not imported by a notebook: the loop reads it through ``registry`` (notebook 07); notebook 11
-teaches the objectives it dispatches to.
+Not imported by a notebook: the loop calls ``surrogate_loss`` (notebook 07; the deltas through
+``registry``); notebook 11 teaches the objectives it dispatches to.
 """
 
 from __future__ import annotations
@@ -52,7 +51,7 @@ def group_baseline_deltas(rollout, config) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------
-# The per-token loss (importance_sampling_level 'token' / 'sequence')
+# The per-token loss (loss_mode; the ratio per 'token' or per 'sequence')
 # --------------------------------------------------------------------------------------
 
 
@@ -62,7 +61,9 @@ def apply_token_remedies(per_token_loss, log_probs, rollout, config) -> torch.Te
     * Clip-Cov (``config.clip_cov_ratio`` > 0; Cui et al. 2025, arXiv 2505.22617): the
       per-token loss of ``covariance.clip_cov_tokens`` is multiplied by 0 (value and
       gradient), as verl's ``compute_policy_loss_clip_cov``. "Already clipped" means the
-      clipped PPO term is active (``clip_mask`` != 0). The random pick is seeded from
+      clipped PPO term is active (``clip_mask`` != 0, on per-token ratios: Clip-Cov is a
+      token-level method, and ``TrainConfig.validate`` refuses it at GSPO's sequence level,
+      where the clip acts on s_i instead). The random pick is seeded from
       ``config.seed`` and the batch's tokens, so a run is reproducible. (KL-Cov, the same
       paper's other remedy, is a loss mode: ``losses.kl_cov_loss``.)
     * High-entropy tokens only (``config.top_entropy_quantile`` < 1; Wang et al. 2025,
@@ -98,16 +99,17 @@ def apply_token_remedies(per_token_loss, log_probs, rollout, config) -> torch.Te
     return per_token_loss
 
 
-def surrogate_loss(
-    log_probs: torch.Tensor, rollout, config, level: str
-) -> tuple[torch.Tensor, dict]:
+def surrogate_loss(log_probs: torch.Tensor, rollout, config) -> tuple[torch.Tensor, dict]:
     """(per-token surrogate loss float[batch, trial, pos], the loss mode's metrics).
 
     The surrogate loss (PPO's L^CLIP, arXiv 1707.06347; REINFORCE's -log pi A for 'naive')
     is the per-token function whose gradient is the policy-gradient estimate:
     ``config.loss_mode`` picks it (``losses.LOSS_FUNCTIONS``, through
-    ``per_token_loss_and_metrics``), ``level`` the ratio ('token': r_t; 'sequence': GSPO's
-    s_i), ``config``'s loss fields its options (``losses.loss_options``); then
+    ``per_token_loss_and_metrics``), ``config``'s loss fields its options
+    (``losses.loss_options``), ``importance_sampling_level`` among them: the ratio per token
+    (r_t = pi / pi_old: PPO, GRPO, DAPO) or per response (GSPO, arXiv 2507.18071 eq. 5-7:
+    s_i = exp(mean over response i's real tokens of log pi - log pi_old), clipped per
+    sequence, so the loss is constant over a response's tokens); then
     ``apply_token_remedies``. The metrics (``clip_fraction`` for the modes that clip,
     ``weight_clip_fraction`` for CISPO; ``history.METRICS``) are measured over
     ``rollout.mask``'s real tokens.
@@ -129,28 +131,8 @@ def surrogate_loss(
         rollout.deltas,
         config.loss_mode,
         old,
-        loss_options(config, level),
+        loss_options(config),
         check_frozen=config.detach_old_log_probs,
         mask=rollout.mask,
     )
     return apply_token_remedies(loss, log_probs, rollout, config), metrics
-
-
-def token_level_objective(log_probs: torch.Tensor, rollout, config) -> tuple[torch.Tensor, dict]:
-    """``surrogate_loss`` with per-token ratios r_t = pi / pi_old (PPO, GRPO, DAPO, ...).
-
-    Returns (per-token loss float[batch, trial, pos], the loss mode's metrics).
-    """
-    return surrogate_loss(log_probs, rollout, config, "token")
-
-
-def sequence_level_objective(log_probs: torch.Tensor, rollout, config) -> tuple[torch.Tensor, dict]:
-    """GSPO: the same losses with one ratio per response, s_i (arXiv 2507.18071 eq. 5-7).
-
-    s_i = exp(mean over response i's real tokens (``rollout.mask``) of log pi - log pi_old),
-    clipped per sequence; returns (float[batch, trial, pos] (constant over a response's
-    tokens for the ratio losses), metrics) as ``token_level_objective``. GSPO's paper clips
-    at epsilon 3e-4, epsilon_high 4e-4 and averages per sequence
-    (``loss_aggregation="sequence_mean"``).
-    """
-    return surrogate_loss(log_probs, rollout, config, "sequence")

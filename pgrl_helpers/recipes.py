@@ -18,6 +18,7 @@ the variable-length task, so its recipe names that task too.
 
 ``recipe_table()`` renders the method recipes as the README's table "What GRPO, Dr. GRPO, DAPO,
 GSPO, ... are in these fields" (``tests/test_recipes.py`` checks the README holds it verbatim).
+This module is data: it imports nothing from the package (``config`` imports it).
 
 Taught in notebook 11.
 """
@@ -36,8 +37,15 @@ _SORT_DEDUP = {
 
 #: name -> the ``TrainConfig`` fields the recipe sets (everything else: the defaults).
 RECIPES: dict[str, dict] = {
-    # The lecture's run (notebooks 02-07): REINFORCE with centred rewards, the defaults.
-    "lecture": {},
+    # The lecture's run (notebooks 02-07): REINFORCE with centred rewards. Every field is
+    # TrainConfig's default (tests/test_recipes.py checks it); the four objective axes are
+    # named, so ``recipe_table`` reads a default from here, not from ``config``.
+    "lecture": {
+        "deltas_mode": "centered_rewards",
+        "loss_mode": "naive",
+        "importance_sampling_level": "token",
+        "loss_aggregation": "token_mean",
+    },
     # GRPO, Shao et al. 2024 (DeepSeekMath, arXiv 2402.03300): group-normalised rewards,
     # PPO's clipped ratio, each response's token mean averaged over responses.
     "grpo": {
@@ -150,19 +158,18 @@ OBJECTIVE_FIELDS: tuple[str, ...] = (
 def recipe_table(names: tuple[str, ...] = METHOD_RECIPES) -> str:
     """Markdown table: one row per recipe, its ``OBJECTIVE_FIELDS`` and the other fields it sets.
 
-    A field the recipe leaves alone shows the lecture's default (``TrainConfig``'s); DAPO's
-    variable-length task (the five ``_SORT_DEDUP`` fields) is named once, as "notebook 08's task".
+    A field the recipe leaves alone shows the lecture's default (``RECIPES["lecture"]``, which
+    is ``TrainConfig``'s); DAPO's variable-length task (the five ``_SORT_DEDUP`` fields) is
+    named once, as "notebook 08's task".
 
     Taught in notebook 11.
     """
-    from .config import TrainConfig  # here, not at the top: config imports this module
-
-    defaults = TrainConfig()
+    defaults = RECIPES["lecture"]
     header = "| recipe | " + " | ".join(f"`{field}`" for field in OBJECTIVE_FIELDS)
     lines = [header + " | also sets |", "|---" * (len(OBJECTIVE_FIELDS) + 2) + "|"]
     for name in names:
         recipe = RECIPES[name]
-        axes = [f"`{recipe.get(field, getattr(defaults, field))}`" for field in OBJECTIVE_FIELDS]
+        axes = [f"`{recipe.get(field, defaults[field])}`" for field in OBJECTIVE_FIELDS]
         task = _SORT_DEDUP.items() <= recipe.items()
         others = [
             f"`{field}={value!r}`"

@@ -7,15 +7,18 @@ brackets; nothing registers itself by import side effect, so this file is the fu
 * ``ROLLOUT_SOURCES`` (``rollout_source``): who samples, and whose log-probs are "old".
 * ``BATCH_FILTERS`` (``batch_filter``): which sampled groups the optimizer sees.
 * ``ADVANTAGE_ESTIMATORS`` (``advantage_estimator``): rollout -> deltas (= advantages).
-* ``POLICY_OBJECTIVES`` (``importance_sampling_level``): log-probs -> (per-token loss, metrics).
+
+The policy objective is not a table: ``objective.surrogate_loss`` is the loop's one call, and
+the ratio's level (``importance_sampling_level``, 'token' or GSPO's 'sequence') is a loss
+option like epsilon (``losses.IMPORTANCE_SAMPLING_LEVELS``, read once by ``loss_options``).
 
 Adding a variant is one function (or class) plus one entry in its dict. This file holds the
 tables and the small factories they name (a task or model built from the config;
 ``build_estimator``, which turns an ``ADVANTAGE_ESTIMATORS`` entry into the run's estimator
 object, sits beside its table because it reads it). What the entries do lives with their
 concept: the rollout sources and batch filters in ``rollout`` (``offpolicy.StaleSource``), the
-deltas and the policy objectives in ``objective`` (the loss's glue: old log-probs, the ratio's
-level, the token remedies), PPO's critic in ``value``; the math they call in the leaf modules
+group deltas in ``objective`` (beside the loss's glue: old log-probs, the token remedies),
+PPO's critic in ``value``; the math they call in the leaf modules
 (``advantages``, ``losses``, ``kl``, ``masking``, ``gae``), which import nothing from here.
 The README's registry table lists the entries.
 
@@ -26,10 +29,10 @@ from __future__ import annotations
 
 import torch
 
-from .autoregressive import AutoregressiveSortPolicy
+from .autoregressive import AutoregressiveSortPolicy, autoregressive_arguments
 from .dedup_task import SortDedupTask
 from .models import LectureModel, SortTransformer
-from .objective import group_baseline_deltas, sequence_level_objective, token_level_objective
+from .objective import group_baseline_deltas
 from .offpolicy import StaleSource
 from .rollout import (
     OnPolicySource,
@@ -106,15 +109,7 @@ def make_autoregressive_model(config):
             seed=config.seed,
             mask_tool_tokens=config.mask_tool_tokens,
         )
-    return AutoregressiveSortPolicy(
-        config.vocab_size,
-        config.prompt_length,
-        config.response_length,
-        d_model=config.embedding_dim,
-        num_layers=config.num_layers,
-        num_heads=config.num_heads,
-        seed=config.seed,
-    )
+    return AutoregressiveSortPolicy(**autoregressive_arguments(config))
 
 
 #: name -> ``fn(config) -> Policy``, initialised with ``config.seed`` (``TrainConfig.model``).
@@ -179,15 +174,3 @@ def build_estimator(name: str, policy, config):
 #: name -> estimator function ``fn(rollout, config) -> deltas`` or estimator class
 #: ``Cls(policy, config)`` (``TrainConfig.advantage_estimator``; see ``build_estimator``).
 ADVANTAGE_ESTIMATORS: dict[str, object] = {"group": group_baseline_deltas, "gae": GAEEstimator}
-
-# --------------------------------------------------------------------------------------
-# Policy objectives (TrainConfig.importance_sampling_level); the functions live in ``objective``
-# --------------------------------------------------------------------------------------
-
-#: name -> objective ``fn(log_probs, rollout, config) -> (per-token loss, metrics)``
-#: (``TrainConfig.importance_sampling_level``: the ratio per token, or per response as in GSPO);
-#: metrics: {name: float}, recorded in the history.
-POLICY_OBJECTIVES: dict[str, object] = {
-    "token": token_level_objective,
-    "sequence": sequence_level_objective,
-}

@@ -26,7 +26,7 @@ from einops import rearrange, repeat
 from torch import nn
 
 from ._validate import check_bool, check_finite, check_ndim, check_number
-from .autoregressive import AutoregressiveSortPolicy, _with_separator
+from .autoregressive import AutoregressiveSortPolicy, _with_separator, autoregressive_arguments
 from .gae import check_binary_mask, compute_gae, outcome_token_rewards, whiten
 from .kl import kl_k1
 from .masking import masked_mean
@@ -125,7 +125,8 @@ def check_value_fields(config) -> None:
     gamma and gae_lambda in [0, 1]; critic_learning_rate and value_clip positive or None;
     whiten_advantages and kl_in_reward True or False; advantage_estimator 'gae' needs the
     autoregressive policy (the critic is its trunk), and kl_in_reward needs 'gae' and
-    kl_coef > 0 (the KL goes into per-token rewards).
+    kl_coef > 0 (the KL goes into per-token rewards). (What 'gae' and kl_in_reward leave
+    unread, deltas_mode and kl_estimator, is refused by ``TrainConfig.validate``.)
     """
     check_number(config.gamma, "gamma", 0, 1, low_inclusive=True)
     check_number(config.gae_lambda, "gae_lambda", 0, 1, low_inclusive=True)
@@ -151,15 +152,7 @@ def build_critic(config) -> AutoregressiveValueModel:
 
     Taught in notebook 10.
     """
-    return AutoregressiveValueModel(
-        config.vocab_size,
-        config.prompt_length,
-        config.response_length,
-        d_model=config.embedding_dim,
-        num_layers=config.num_layers,
-        num_heads=config.num_heads,
-        seed=config.seed,
-    )
+    return AutoregressiveValueModel(**autoregressive_arguments(config))
 
 
 class GAEEstimator:

@@ -19,7 +19,7 @@ from pgrl_helpers.advantages import (
 from pgrl_helpers.hf.trl_config import TRL_SCALE_REWARDS
 
 #: Other test files whose tests also pin pgrl_helpers/advantages.py (tests/mutation.py).
-MUTATION_ALSO = ("integration/test_framework_agreement.py", "test_objective.py")
+MUTATION_ALSO = ("integration/test_framework_agreement.py", "test_objective.py", "test_config.py")
 
 
 def random_rewards(seed, batch=6, group=8):
@@ -325,3 +325,14 @@ def test_two_masked_tokens_are_enough_for_token_whitening():
 def test_the_mask_refusal_says_what_to_do_instead():
     with pytest.raises(ValueError, match=r"tokens\. Pass mask=None, or apply the mask to the loss"):
         compute_deltas(torch.ones(2, 2), "centered_rewards", mask=torch.ones(2, 2, 1))
+
+
+def test_max_rewards_refuses_a_negative_reward_naming_the_minimum():
+    """The winner's weight is its own reward: below 0 the best response would be pushed down."""
+    with pytest.raises(
+        ValueError,
+        match=r"^rewards: deltas_mode 'max_rewards' needs rewards >= 0 .*minimum of -0.5; "
+        r"use 'centered_rewards'$",
+    ):
+        compute_deltas(torch.tensor([[1.0, -0.5, 0.0]]), "max_rewards")
+    assert compute_deltas(torch.tensor([[0.0, 0.0]]), "max_rewards").tolist() == [[0.0, 0.0]]

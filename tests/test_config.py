@@ -202,11 +202,52 @@ def test_loss_options_copies_every_loss_field_of_the_config():
     )  # fmt: skip
     names = {f.name for f in dataclasses.fields(LossOptions)} - {"importance_sampling_level"}
     assert set(changed) == names, "a new LossOptions field: add it here"
-    config = TrainConfig(**changed, importance_sampling_level="sequence")
     for level in ("token", "sequence"):
-        assert loss_options(config, level) == LossOptions(
-            **changed, importance_sampling_level=level
-        )
-    # without an override the level is the config's own (one source for token / sequence)
-    assert loss_options(config).importance_sampling_level == "sequence"
+        config = TrainConfig(**changed, importance_sampling_level=level)
+        assert loss_options(config) == LossOptions(**changed, importance_sampling_level=level)
+    # the level is the config's own (one source for token / sequence; no override)
     assert loss_options(TrainConfig()).importance_sampling_level == "token"
+
+
+#: Values of the wrong type for each kind of field (a bool is not an int: True is not a seed).
+WRONG_TYPES = {
+    bool: (0, 1, "False", None, 1.0),
+    int: (True, 2.5, "3", None),
+    float: (True, "0.1", None),
+    str: (3, True, None, b"token"),
+}
+
+
+def _wrong_values(annotation) -> list:
+    """The wrong-type values for a field annotated ``annotation`` (None allowed if Optional)."""
+    import typing
+
+    args = typing.get_args(annotation) or (annotation,)
+    kinds = [kind for kind in (bool, int, float, str) if kind in args]
+    values = [value for kind in kinds[:1] for value in WRONG_TYPES[kind]]
+    if type(None) in args:
+        values = [value for value in values if value is not None]
+    if any(arg not in (bool, int, float, str, type(None)) for arg in args):  # str | Callable
+        values = [value for value in values if not callable(value) and not isinstance(value, str)]
+    if float in args and int not in args:  # an int is a float here (learning_rate=1)
+        values = [
+            value for value in values if isinstance(value, bool) or not isinstance(value, int)
+        ]
+    return values
+
+
+def test_every_field_refuses_a_value_of_the_wrong_type():
+    """Walk every TrainConfig field: each wrong-type value is refused by validate() (issue 50:
+    detach_old_log_probs=0 silently planted the freeze pitfall, seed=True was a seed)."""
+    import typing
+
+    hints = typing.get_type_hints(TrainConfig)
+    walked = set()
+    for field in dataclasses.fields(TrainConfig):
+        values = _wrong_values(hints[field.name])
+        assert values, f"{field.name}: no wrong-type value for {hints[field.name]}"
+        for value in values:
+            with pytest.raises((TypeError, ValueError), match=field.name):
+                TrainConfig(**{field.name: value}).validate()
+        walked.add(field.name)
+    assert walked == {f.name for f in dataclasses.fields(TrainConfig)}

@@ -1,5 +1,5 @@
-"""The objective's glue (pgrl_helpers.objective): the loop's policy objectives pass every config
-field, pick the old log-probs and the ratio's level, apply the token remedies (Clip-Cov, the
+"""The objective's glue (pgrl_helpers.objective): the loop's surrogate loss passes every config
+field (the ratio's level among them), picks the old log-probs, apply the token remedies (Clip-Cov, the
 high-entropy-token mask); the group-baseline deltas.
 """
 
@@ -19,14 +19,7 @@ from pgrl_helpers.losses import (
     per_token_loss_and_metrics,
 )
 from pgrl_helpers.masking import high_entropy_mask
-from pgrl_helpers.objective import (
-    apply_token_remedies,
-    group_baseline_deltas,
-    sequence_level_objective,
-    surrogate_loss,
-    token_level_objective,
-)
-from pgrl_helpers.registry import POLICY_OBJECTIVES
+from pgrl_helpers.objective import apply_token_remedies, group_baseline_deltas, surrogate_loss
 
 #: Other test files whose tests also pin pgrl_helpers/objective.py (tests/mutation.py).
 MUTATION_ALSO = ("test_offpolicy.py", "test_config.py")
@@ -82,7 +75,7 @@ def ratio_batch(deltas=(1.0, -1.0, 0.0)):
     return log_probs, torch.zeros(1, trial, len(RATIOS)), torch.tensor([list(deltas)])
 
 
-def test_token_level_objective_picks_old_log_probs_by_config():
+def test_surrogate_loss_picks_old_log_probs_by_config():
     log_probs, old, deltas = ratio_batch((1.0, -1.0))
     rollout = SimpleNamespace(old_log_probs=old, deltas=deltas, mask=None)
 
@@ -94,7 +87,7 @@ def test_token_level_objective_picks_old_log_probs_by_config():
         )  # fmt: skip
         return SimpleNamespace(**{**base, **kw})
 
-    got, metrics = token_level_objective(log_probs, rollout, config())
+    got, metrics = surrogate_loss(log_probs, rollout, config())
     torch.testing.assert_close(
         got, compute_per_token_loss(log_probs, deltas, "clipped", old, 0.3, epsilon_high=0.4)
     )
@@ -106,13 +99,13 @@ def test_token_level_objective_picks_old_log_probs_by_config():
         old_log_probs=old.clone().requires_grad_(True), deltas=deltas, mask=None
     )
     with pytest.raises(ValueError, match="^old_log_probs requires grad"):
-        token_level_objective(log_probs, attached, config())
-    naive, metrics = token_level_objective(log_probs, rollout, config(loss_mode="naive"))
+        surrogate_loss(log_probs, attached, config())
+    naive, metrics = surrogate_loss(log_probs, rollout, config(loss_mode="naive"))
     torch.testing.assert_close(naive, compute_per_token_loss(log_probs, deltas, "naive"))
     assert metrics == {}
     # the freeze pitfall on purpose: old = log_probs (attached), ratio 1, loss = -delta,
     # nothing clipped
-    frozen, metrics = token_level_objective(log_probs, rollout, config(detach_old_log_probs=False))
+    frozen, metrics = surrogate_loss(log_probs, rollout, config(detach_old_log_probs=False))
     torch.testing.assert_close(frozen, -deltas[:, :, None].expand_as(frozen))
     assert metrics == {"clip_fraction": 0.0}
 
@@ -120,6 +113,7 @@ def test_token_level_objective_picks_old_log_probs_by_config():
 def _config(**fields):
     base = dict(
         loss_mode="clipped", detach_old_log_probs=True, epsilon=0.2, epsilon_high=None,
+        importance_sampling_level="token",
         dual_clip_c=3.0, sapo_temperature_pos=1.0, sapo_temperature_neg=1.05,
         kl_cov_ratio=0.002, kl_cov_coef=1.0, seed=0, **REMEDIES_OFF,
     )  # fmt: skip
@@ -141,10 +135,11 @@ def test_the_loop_objectives_pass_every_config_field():
     for fields in cases:
         config = _config(**fields)
         options = {k: v for k, v in fields.items() if k != "loss_mode"}
-        for level, objective in POLICY_OBJECTIVES.items():
+        for level in ("token", "sequence"):
             if config.loss_mode == "kl_cov" and level == "sequence":
                 continue  # refused: KL-Cov penalises single tokens (tests/test_covariance.py)
-            got, metrics = objective(log_probs, rollout, config)
+            config.importance_sampling_level = level
+            got, metrics = surrogate_loss(log_probs, rollout, config)
             want, want_metrics = per_token_loss_and_metrics(
                 log_probs, rollout.deltas, config.loss_mode, old,
                 LossOptions(importance_sampling_level=level, **options), mask=mask,
@@ -153,8 +148,8 @@ def test_the_loop_objectives_pass_every_config_field():
             assert metrics == want_metrics
             assert ("clip_fraction" in metrics) == (config.loss_mode == "dual_clip")
     # the sequence level averages over the mask's real tokens only
-    config = _config(loss_mode="unclipped")
-    seq, _ = sequence_level_objective(log_probs, rollout, config)
+    config = _config(loss_mode="unclipped", importance_sampling_level="sequence")
+    seq, _ = surrogate_loss(log_probs, rollout, config)
     unmasked = compute_per_token_loss(
         log_probs, rollout.deltas, "unclipped", old, importance_sampling_level="sequence"
     )
@@ -181,7 +176,7 @@ def test_the_objective_applies_clip_cov_with_its_seeded_pick():
     config = _config(
         clip_cov_ratio=0.1, clip_cov_lb=-100.0, clip_cov_ub=100.0, seed=2, epsilon_high=0.28
     )
-    got, _ = token_level_objective(log_probs, rollout, config)
+    got, _ = surrogate_loss(log_probs, rollout, config)
     plain = compute_per_token_loss(
         log_probs, rollout.deltas, "clipped", old_log_probs=rollout.old_log_probs, epsilon_high=0.28
     )
@@ -216,7 +211,7 @@ def test_clip_cov_reads_epsilon_high_for_the_already_clipped_tokens():
 def test_the_objective_keeps_only_the_high_entropy_tokens():
     log_probs, rollout = _remedy_batch()
     config = _config(top_entropy_quantile=0.3)
-    got, _ = token_level_objective(log_probs, rollout, config)
+    got, _ = surrogate_loss(log_probs, rollout, config)
     plain = compute_per_token_loss(
         log_probs, rollout.deltas, "clipped", old_log_probs=rollout.old_log_probs
     )
@@ -225,7 +220,7 @@ def test_the_objective_keeps_only_the_high_entropy_tokens():
     assert got.dtype == torch.float64
     assert torch.equal(got, plain * keep)
     # the remedies off leave the loss as it is
-    assert torch.equal(token_level_objective(log_probs, rollout, _config())[0], plain)
+    assert torch.equal(surrogate_loss(log_probs, rollout, _config())[0], plain)
 
 
 def test_a_config_without_a_remedy_field_raises_instead_of_defaulting():
@@ -238,15 +233,18 @@ def test_a_config_without_a_remedy_field_raises_instead_of_defaulting():
             apply_token_remedies(loss, log_probs, rollout, config)
 
 
-def test_the_objectives_are_the_surrogate_loss_at_their_level():
+def test_the_surrogate_loss_reads_the_level_from_the_config():
     log_probs, rollout = _remedy_batch()
-    config = _config(loss_mode="unclipped")
-    for level, objective in POLICY_OBJECTIVES.items():
-        got, _ = objective(log_probs, rollout, config)
-        torch.testing.assert_close(got, surrogate_loss(log_probs, rollout, config, level)[0])
-    token, _ = token_level_objective(log_probs, rollout, config)
-    sequence, _ = sequence_level_objective(log_probs, rollout, config)
+    token, _ = surrogate_loss(log_probs, rollout, _config(loss_mode="unclipped"))
+    config = _config(loss_mode="unclipped", importance_sampling_level="sequence")
+    sequence, _ = surrogate_loss(log_probs, rollout, config)
     assert not torch.allclose(token, sequence)
+    ratio = torch.exp(  # GSPO's s_i: the mean log-ratio over each response's real tokens
+        ((log_probs - rollout.old_log_probs) * rollout.mask).sum(-1) / rollout.mask.sum(-1)
+    )
+    torch.testing.assert_close(sequence, (-ratio * rollout.deltas)[..., None].expand_as(sequence))
+    with pytest.raises(ValueError, match=r"^unknown importance_sampling_level 'seq'"):
+        surrogate_loss(log_probs, rollout, _config(importance_sampling_level="seq"))
 
 
 # the advantage estimators

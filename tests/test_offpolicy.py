@@ -12,6 +12,7 @@ import torch
 from pgrl_helpers.config import TrainConfig
 from pgrl_helpers.masking import aggregate_loss
 from pgrl_helpers.models import LectureModel
+from pgrl_helpers.objective import surrogate_loss
 from pgrl_helpers.offpolicy import (
     MAX_LOG_WEIGHT,
     StaleSource,
@@ -23,7 +24,7 @@ from pgrl_helpers.offpolicy import (
     mismatched_sampler,
     weight_units,
 )
-from pgrl_helpers.registry import ADVANTAGE_ESTIMATORS, POLICY_OBJECTIVES
+from pgrl_helpers.registry import ADVANTAGE_ESTIMATORS
 from pgrl_helpers.rollout import Rollout
 from pgrl_helpers.sort_task import lecture_prompts
 from pgrl_helpers.training import run_policy_gradient
@@ -131,7 +132,7 @@ def _loss_and_grads(correction, cap, level="token", loss_mode="unclipped"):
     with torch.no_grad():
         rollout.old_log_probs = source.old_log_probs(rollout)
     log_probs = policy.log_probs(prompts, responses)
-    per_token = rollout.weighted(POLICY_OBJECTIVES["token"](log_probs, rollout, config)[0])
+    per_token = rollout.weighted(surrogate_loss(log_probs, rollout, config)[0])
     loss = aggregate_loss(per_token, mask, "token_mean")
     loss.backward()
     return loss.item(), [p.grad.clone() for p in policy.parameters()], rollout

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pgrl_helpers.config import TrainConfig
-from pgrl_helpers.recipes import RECIPES
+from pgrl_helpers.recipes import OBJECTIVE_FIELDS, RECIPES
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,8 +33,20 @@ FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
 def test_the_table_names_the_methods_of_the_course():
     assert {"lecture", "grpo", "dr_grpo", "dapo", "gspo", "cispo", "rloo", "reinforce_pp",
             "notebook_08", "generalizing_transformer"} <= set(RECIPES)  # fmt: skip
-    assert RECIPES["lecture"] == {}
     assert TrainConfig.preset("lecture") == TrainConfig()
+    # the lecture recipe names the objective's axes at TrainConfig's defaults, nothing else
+    defaults = TrainConfig()
+    assert set(RECIPES["lecture"]) == set(OBJECTIVE_FIELDS)
+    assert all(getattr(defaults, name) == value for name, value in RECIPES["lecture"].items())
+
+
+def test_recipes_import_nothing_from_the_package():
+    """No config <-> recipes import circle: recipes is data, config imports it (issue 50)."""
+    tree = ast.parse((REPO / "pgrl_helpers" / "recipes.py").read_text())
+    imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert all(
+        isinstance(node, ast.ImportFrom) and node.module == "__future__" for node in imports
+    ), [ast.unparse(node) for node in imports]
 
 
 @pytest.mark.parametrize("name", list(RECIPES))

@@ -1,5 +1,5 @@
 """The loop's extension points (pgrl_helpers.registry): the tables, build_estimator and the
-task and model factories. What the objective entries do: tests/test_objective.py.
+task and model factories. The objective (not a table): tests/test_objective.py.
 """
 
 from __future__ import annotations
@@ -9,13 +9,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from pgrl_helpers import registry
 from pgrl_helpers.advantages import compute_deltas
-from pgrl_helpers.objective import (
-    group_baseline_deltas,
-    sequence_level_objective,
-    token_level_objective,
-)
-from pgrl_helpers.registry import POLICY_OBJECTIVES, ROLLOUT_SOURCES
+from pgrl_helpers.objective import group_baseline_deltas
+from pgrl_helpers.registry import ROLLOUT_SOURCES
 from pgrl_helpers.rollout import OnPolicySource
 
 #: Other test files whose tests also pin pgrl_helpers/registry.py (tests/mutation.py).
@@ -28,12 +25,10 @@ MUTATION_ALSO = (
 )
 
 
-def test_the_objective_tables_name_the_objective_functions():
-    assert POLICY_OBJECTIVES == {
-        "token": token_level_objective,
-        "sequence": sequence_level_objective,
-    }
+def test_the_tables_and_no_second_dispatch_of_the_ratio_level():
     assert ROLLOUT_SOURCES["on_policy"] is OnPolicySource
+    tables = {name for name, value in vars(registry).items() if name.isupper()}
+    assert tables == {"TASKS", "MODELS", "ROLLOUT_SOURCES", "BATCH_FILTERS", "ADVANTAGE_ESTIMATORS"}
 
 
 # --- mutants ---

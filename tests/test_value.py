@@ -362,12 +362,16 @@ def test_value_loss_mask_may_have_holes_but_must_be_0_1():
 
 
 def test_build_critic_maps_the_config():
+    # max_response_length 7, not the default prompt_length + 2 = 5: a critic built with the
+    # default length must fail here (issue 50; a fixture equal to the default could not tell)
     config = TrainConfig(
         model="autoregressive", task="sort_dedup", prompt_source="random", prompt_length=3,
-        vocab_size=4, max_response_length=5, embedding_dim=12, num_layers=3, num_heads=3, seed=4,
+        vocab_size=4, max_response_length=7, embedding_dim=12, num_layers=3, num_heads=3, seed=4,
     )  # fmt: skip
+    assert config.response_length == 7 != config.prompt_length + 2
     model = build_critic(config)
-    expected = AutoregressiveValueModel(4, 3, config.response_length, 12, 3, 3, seed=4)
+    assert model.trunk.max_response_length == 7
+    expected = AutoregressiveValueModel(4, 3, 7, 12, 3, 3, seed=4)
     assert len(list(model.parameters())) == len(list(expected.parameters()))
     for a, b in zip(model.parameters(), expected.parameters()):
         assert a.shape == b.shape and torch.equal(a, b)

@@ -28,7 +28,12 @@ from pgrl_helpers.hf import trl_bridge as tb  # noqa: E402
 from pgrl_helpers.hf import trl_config as tc  # noqa: E402
 from pgrl_helpers.kl import kl_estimate  # noqa: E402
 from pgrl_helpers.losses import compute_per_token_loss  # noqa: E402
-from pgrl_helpers.masking import aggregate_loss, masked_mean, masked_normalize  # noqa: E402
+from pgrl_helpers.masking import (  # noqa: E402
+    aggregate_loss,
+    high_entropy_mask,
+    masked_mean,
+    masked_normalize,
+)
 from pgrl_helpers.sort_task import make_prompts  # noqa: E402
 
 pytest.importorskip("trl")
@@ -124,6 +129,8 @@ def our_loss(cfg, log_probs, entropy, deltas, old, ref, mask):
         log_probs, deltas, cfg.loss_mode, old, cfg.epsilon, epsilon_high=cfg.epsilon_high,
         importance_sampling_level=cfg.importance_sampling_level, mask=mask,
     )  # fmt: skip
+    if cfg.top_entropy_quantile < 1:  # objective.apply_token_remedies
+        per_token = per_token * high_entropy_mask(entropy, mask, cfg.top_entropy_quantile)
     loss = aggregate_loss(per_token, mask, cfg.loss_aggregation)
     if cfg.kl_coef > 0:  # KL per response (sum over real tokens), mean over responses
         kl = masked_normalize(kl_estimate(log_probs, ref, "k3"), mask, float(B * G))
@@ -196,6 +203,22 @@ def test_gspo_maps_to_trl_importance_sampling_level(model_dir):
     assert abs(trl - ours) < TOL and grad_diff < TOL
     token = fixed_config(loss_aggregation="sequence_mean")
     assert abs(ours - our_value(token, model_dir, variable=False)) > 1e-3, "levels must differ"
+
+
+@pytest.mark.parametrize("variable", [False, True])
+def test_top_entropy_quantile_maps_to_trl(model_dir, variable):
+    """The high-entropy-token mask (arXiv 2506.01939) is TRL's own field, with one step per
+    batch (then the sampling policy's entropies are the step's) and no entropy bonus."""
+    make = dedup_config if variable else fixed_config
+    cfg = make(top_entropy_quantile=0.2, num_steps_per_epoch=1)
+    assert tc.grpo_config_kwargs(cfg)["top_entropy_quantile"] == 0.2
+    trl, ours, grad_diff = compare(cfg, model_dir, variable)
+    assert abs(trl - ours) < TOL and grad_diff < TOL
+    without = our_value(make(num_steps_per_epoch=1), model_dir, variable)
+    assert abs(ours - without) > 1e-3, "the mask must change the loss"
+    for refused in (dict(num_steps_per_epoch=2), dict(num_steps_per_epoch=1, entropy_coef=0.1)):
+        with pytest.raises(ValueError, match=r"^top_entropy_quantile=0.2 maps to TRL's only"):
+            tc.grpo_config_kwargs(make(top_entropy_quantile=0.2, **refused))
 
 
 # --------------------------------------------------------------------------------------
