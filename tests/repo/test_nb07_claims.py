@@ -364,3 +364,23 @@ def test_the_stuck_answer_the_prose_quotes_was_printed():
     text = " ".join(" ".join(markdown()).split())
     assert "`[0, 1, 3]` on `[1, 2, 3]`" in text
     assert "[1, 2, 3] -> [0, 1, 3], reward 4 of 5" in all_outputs()
+
+
+def test_section_4b_example_seed_and_the_token_mean_gradient():
+    """Independent read R3: section 4b's example seed is described by the drops in the results
+    file (no "among its first five"), and section 2's token-mean gradient carries 1/(BGT), as the
+    stored check in section 7 confirms against autograd."""
+    stability = load("stability")
+    drops = stability_drops()[stability["before"]]
+    big = sorted(seed for seed, d in drops.items() if d > 0.3)
+    furthest = max(drops, key=drops.get)
+    text = " ".join(section("### 4b").split())
+    assert 4 in big and "first five" not in text
+    assert (
+        f"one of the {['zero', 'one', 'two', 'three', 'four', 'five'][len(big)]} 4-step seeds"
+        in text
+    )
+    assert f"seed {furthest} fell furthest, {drops[furthest]:.2f}" in text
+    prose = " ".join(" ".join(markdown()).split())
+    assert r"-\frac{1}{BGT}\sum_{b,i}\delta_{b,i}\nabla\log\pi_\theta" in prose
+    assert "equals autograd's (allclose): True" in all_outputs()
