@@ -211,6 +211,9 @@ def test_nb03_table_prints_the_mean_squared_error_of_the_biased_row():
 CLOSES_WITH_EVIDENCE = ("01", "02", "03", "04", "05", "06", "08")
 CLOSES_WITH_EVIDENCE += ("09", "10", "11", "12", "14", "15")  # issue 48, helper H48d
 CLOSES_WITH_EVIDENCE += ("16",)  # issue 48, helper H48e
+# what the outputs of the main line's code cells may not print (issue 48): a test's p, a sign-flip
+# or "seed noise" verdict, a machine load
+MAIN_LINE_OUTPUT = re.compile(r"\bp\s*=\s*\.?\d|\bp-value|sign-flip|load average|seed noise", re.I)
 
 
 @pytest.mark.parametrize("number", CLOSES_WITH_EVIDENCE)
@@ -232,6 +235,21 @@ def test_notebook_has_what_you_learned_and_closes_with_evidence(number):
     main = text.split("\n## Evidence\n", 1)[0]
     # the main line carries no p-value and no machine load (those belong in the Evidence section)
     assert not re.search(r"\bp\s*=\s*0\.\d|\bp-value|load average", main), name
+    # nor do the outputs of the code cells before it (issue 48, helper H48f): a cell of the main line
+    # prints medians, ranges and per-seed directions; the test's p and the machine load are printed
+    # by a code cell inside the Evidence section
+    evidence = next(
+        i
+        for i, c in enumerate(cells)
+        if c["cell_type"] == "markdown" and "## Evidence" in "".join(c["source"]).splitlines()
+    )
+    for index, cell in enumerate(cells[:evidence]):
+        printed = "".join(
+            "".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+            for o in cell.get("outputs", [])
+        )
+        found = MAIN_LINE_OUTPUT.search(printed)
+        assert not found, (name, index, found and found.group())
 
 
 # ---------------------------------------------------------------- notebook 03: the token-level bridge
