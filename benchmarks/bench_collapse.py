@@ -290,6 +290,18 @@ def section(payload: dict, results_dir=RESULTS_DIR) -> str:
         "",
         payload["table"],
     ]
+    # The exact sign-flip test's floor over n paired seeds is 2/2^n (seed_stats): say so when it
+    # keeps every comparison from reaching 0.05.
+    paired = min((c["n_a"] for c in payload["comparisons"].values()), default=0)
+    floor = 2 / 2**paired if paired else 1.0
+    if floor >= 0.05:
+        words = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+        count = words[paired] if paired < len(words) else str(paired)
+        lines += [
+            "",
+            f"With {count} paired seed{'s' if paired != 1 else ''} the exact sign-flip test "
+            f"cannot go below p = {floor:g}: these comparisons cannot show a difference at 0.05.",
+        ]
     return "\n".join(lines)
 
 

@@ -1,0 +1,121 @@
+"""The lecture benchmarks (``bench_lecture.py``, ``bench_lecture_ablation.py``) and RESULTS.md.
+
+Review r5 MAJOR (issue 48): the lecture's 2.7 / 3.3 / 3.3 / 2.7 had no source (``lecture_17.py``
+prints no final numbers and never trains ``max_rewards``), and z-scores and "within 2 std" were
+built on them; section 10 corrected its six paired tests with Bonferroni and stated no floor.
+Now: no lecture number, the lecture's verdicts in words, our medians (range) over the seeds, and
+Holm's correction with each test's smallest possible p. The stored tables are what the stored
+per-seed runs give (``--retable`` recomputes them without training). Section 16 states that five
+paired seeds cannot reach 0.05.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BENCHMARKS = REPO / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import _common  # noqa: E402
+import bench_collapse  # noqa: E402
+import bench_lecture  # noqa: E402
+import bench_lecture_ablation as ablation  # noqa: E402
+
+from pgrl_helpers.seed_stats import paired_permutation_p_value  # noqa: E402
+
+RESULTS_MD = (BENCHMARKS / "RESULTS.md").read_text()
+#: The unsourced numbers and the statistics built on them, in any form they took.
+GONE = ("(lecture: 2.7", "(lecture: 3.3", "lecture (1 run)", "z = (lecture", "within 2 std",
+        "seeds below the lecture", "Bonferroni", "2.7 / 3.3")  # fmt: skip
+
+
+def results_section(title: str) -> str:
+    start = RESULTS_MD.index(title)
+    end = RESULTS_MD.find("\n## ", start)
+    return RESULTS_MD[start:end]
+
+
+def test_holm_hand_example():
+    # sorted: 0.005 < 0.05/4 rejected, 0.01 < 0.05/3 rejected, 0.03 >= 0.05/2: stop; 0.04 kept
+    out = ablation.holm([0.01, 0.04, 0.03, 0.005])
+    assert [r for _, r in out] == [True, False, False, True]
+    assert [t for t, _ in out] == pytest.approx([0.05 / 3, 0.05, 0.05 / 2, 0.05 / 4])
+    # step-down: once one fails, a later p below its own threshold is kept too
+    assert [r for _, r in ablation.holm([0.001, 0.03, 0.04])] == [True, False, False]
+    # Holm rejects more than Bonferroni: 0.011 > 0.05/4 but < 0.05/3 after the smallest
+    assert [r for _, r in ablation.holm([0.001, 0.011, 0.9, 0.9])] == [True, True, False, False]
+
+
+def test_sign_flip_floor_is_the_smallest_p_the_test_can_give():
+    for diffs in ([0.0, 1.0, 0.0, 2.0], [1.0, 1.0, 1.0], [0.0, 0.0], [3.0, 0.0, 0.0, 0.0, 1.0]):
+        a, b = diffs, [0.0] * len(diffs)
+        k, floor = ablation.sign_flip_floor(a, b)
+        assert k == sum(d != 0 for d in diffs)
+        # the smallest p over every data set with the same zero pattern (all signs, two sizes)
+        nonzero = [i for i, d in enumerate(diffs) if d]
+        smallest = min(
+            paired_permutation_p_value([s * m * (d != 0) for s, m, d in zip(signs, mags, diffs)], b)
+            for signs in itertools.product((1.0, -1.0), repeat=len(diffs))
+            for mags in itertools.product((1.0, 2.5), repeat=len(diffs))
+        )
+        assert floor == pytest.approx(smallest), (diffs, nonzero)
+
+
+def test_stored_ablation_has_no_lecture_numbers_and_its_tables_are_the_runs():
+    payload = _common.load(ablation.NAME)
+    text = json.dumps(payload)
+    for phrase in GONE:
+        assert phrase not in text, phrase
+    for stale in ablation.STALE_KEYS:
+        assert stale not in payload
+    for entry in payload["reproduction"].values():
+        assert not {"lecture", "z", "consistent", "seeds_below_lecture"} & set(entry)
+    derived = ablation.tables(payload)
+    for key, value in derived.items():
+        if key != "markdown":
+            assert payload[key] == value, f"{key} is not what the stored runs give: --retable"
+    md = (_common.RESULTS_DIR / f"{ablation.NAME}.md").read_text()
+    assert md == derived["markdown"] + "\n"
+    # the six comparisons: the two centred modes above raw rewards survive Holm, nothing else
+    rejected = {(c["a"], c["b"]) for c in payload["mode_comparisons"] if c["rejected"]}
+    assert rejected == {("rewards", "centered_rewards"), ("rewards", "normalized_rewards")}
+    assert len(payload["mode_comparisons"]) == 6
+
+
+def test_stored_reproduction_tables_are_the_runs():
+    payload = _common.load(bench_lecture.NAME)
+    built = bench_lecture.tables(payload)
+    assert payload["table"] == built["table"] and payload["fixes_table"] == built["fixes_table"]
+    assert "lecture:" not in payload["table"]
+
+
+def test_results_md_quotes_the_lecture_in_words_and_uses_holm():
+    for title in ("## 2. Lecture reproduction", "## 10. Which of the four lecture fixes matter"):
+        section = results_section(title)
+        for phrase in GONE:
+            assert phrase not in section, (title, phrase)
+        assert "haven't really learned sorting very well" in section
+        assert "it never trains `max_rewards`" in section
+    section10 = results_section("## 10. Which of the four lecture fixes matter")
+    assert "6 comparisons" in section10 and "Holm" in section10
+    assert "smallest possible p" in section10 and "median (range)" in section10
+    assert "cannot sort in general" not in results_section("## 2. Lecture reproduction")
+
+
+def test_collapse_section_states_the_floor_of_five_paired_seeds():
+    sentence = (
+        "With five paired seeds the exact sign-flip test cannot go below p = 0.0625: these "
+        "comparisons cannot show a difference at 0.05."
+    )
+    assert sentence in results_section("## 16. Entropy collapse on the autoregressive task")
+    payload = _common.load(bench_collapse.NAME)
+    more = json.loads(json.dumps(payload))
+    for c in more["comparisons"].values():
+        c["n_a"] = c["n_b"] = 10  # ten paired seeds can reach 0.05: no such sentence
+    assert "cannot go below" not in bench_collapse.section(more)
