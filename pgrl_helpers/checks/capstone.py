@@ -63,7 +63,8 @@ CAPSTONE_RERUN_SEEDS = (100, 101)
 #: latest evaluation at or before that epoch).
 CAUSES: dict[str, str] = {
     "learning_rate_too_high": (
-        "the policy collapses: entropy below 10% of its start while validation exact-sort is "
+        "the policy collapses: entropy below 10% of its start (its first logged step, not "
+        "epoch 0's mean) while validation exact-sort is "
         "still below 50% (certain, and wrong); then every group's G responses tie "
         "(frac_reward_zero_std >= 0.9) and grad_norm falls to about 0 (<= 1% of its start)"
     ),
@@ -114,7 +115,8 @@ CAUSE_FIELDS: dict[str, tuple[str, object]] = {
 }
 
 #: A stated value matches the history's within this (absolute + relative to the value).
-EVIDENCE_TOL = (0.01, 0.02)
+EVIDENCE_TOL = (5e-4, 0.02)  # half a unit in the 3rd decimal, or 2 %: a misread
+# near-zero value (0.0019 for 0.00019, 0.009 for an exact 0) is not the history's
 
 
 def _healthy():
@@ -272,7 +274,8 @@ def _judge_diagnosis(run: str, out) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise _Failed(f"value must be a number read from the history, got {value!r}")
     atol, rtol = EVIDENCE_TOL
-    if not any(abs(value - v) <= atol + rtol * abs(v) for v in logged):
+    matched = [v for v in logged if abs(value - v) <= atol + rtol * abs(v)]
+    if not matched:
         raise _Failed(
             f"run {run}'s history does not hold {metric} = {value!r} at epoch {epoch}: read it "
             f"from checks.broken_run({run!r}) (a step's value, or the mean over the epoch's "
@@ -293,8 +296,8 @@ def _judge_diagnosis(run: str, out) -> str:
             f"symptom of {cause} ({CAUSES[cause]}): at epoch {epoch} of run {run}, {problem}"
         )
     return (
-        f"run {run}: {cause}, shown by {metric} = {value!r} at epoch {epoch} (the history's "
-        f"value; the symptom: {CAUSES[cause].split(':')[0]})"
+        f"run {run}: {cause}, shown by {metric} = {value!r} at epoch {epoch} (the history "
+        f"holds {matched[0]:.4g}; the symptom: {CAUSES[cause].split(':')[0]})"
     )
 
 

@@ -409,3 +409,17 @@ def test_a_fix_that_changes_more_than_the_cause_passes_with_a_note(capsys):
 def test_unknown_run_is_a_clear_error():
     with pytest.raises(ValueError, match="run must be one of"):
         checks.broken_run("D")
+
+
+def test_a_misread_near_zero_value_is_not_the_historys():
+    """Blind solve (issue 51): 0.0019 for an entropy of 0.00019, or grad_norm 0.009 for an exact
+    0, passed under an absolute tolerance of 0.01; the value read to 3 decimals still passes."""
+    true_b = value("B", "entropy", 10)
+    misread = {"cause": "learning_rate_too_high", "metric": "entropy", "epoch": 10}
+    assert not result(checks.check_diagnosis, lambda: {**misread, "value": 10 * true_b}, "B").passed
+    assert result(
+        checks.check_diagnosis, lambda: {**misread, "value": round(true_b, 3)}, "B"
+    ).passed
+    frozen = {"cause": "old_log_probs_not_detached", "metric": "grad_norm", "epoch": 0}
+    assert not result(checks.check_diagnosis, lambda: {**frozen, "value": 0.009}, "C").passed
+    assert result(checks.check_diagnosis, lambda: {**frozen, "value": 0.0}, "C").passed
