@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from pathlib import Path
 
 import torch
@@ -96,3 +97,66 @@ def test_most_detectors_caught_every_planted_cause_as_what_you_learned_says():
     assert sum(r["hits"] == r["planted_runs"] for r in rows) > len(rows) / 2
     grad = bench["rates"]["report"]["grad_spike"]
     assert grad["hits"] < grad["planted_runs"]  # "misses when outliers are frequent"
+
+
+def cell(cell_id: str) -> str:
+    return " ".join(text(next(c for c in cells() if c.get("id") == cell_id)).split())
+
+
+def test_a_reused_seed_is_filed_where_the_trl_catalogue_files_it():
+    """Review R4 MAJOR: cell 33 said a seed reused per completion "gives the same picture" as
+    temperature 0 (with an unsourced anecdote). TRL computes the entropy at the sampling
+    temperature, so a reused seed at temperature 1 keeps a normal entropy: the catalogue files
+    it under no_variance_within_groups, and the table must too (the old notebook fails)."""
+    from pgrl_helpers import trl_diagnose, trl_log
+
+    markdown = " ".join(" ".join(text(c).split()) for c in cells() if c["cell_type"] == "markdown")
+    assert "CS336 student" not in markdown and "gives the same picture" not in markdown
+    assert "seed" in trl_diagnose.TRL_CATALOGUE["no_variance_within_groups"][1]
+    assert "seed" not in trl_diagnose.TRL_CATALOGUE["identical_rollouts"][0]
+    rows = text(next(c for c in cells() if c.get("id") == "nb13-debug-table")).splitlines()
+    entropy_row = next(r for r in rows if r.startswith("| gradient 0 from step 1, entropy near 0"))
+    std_row = next(r for r in rows if r.startswith("| gradient 0 from step 1, `reward_std` > 0"))
+    assert "seed" not in entropy_row and "seed" in std_row
+    # the temperature run's entropy is near 0 in its committed log, as the prose says
+    log = trl_log.load(ROOT / "benchmarks" / "results" / "trl_logs" / "temperature_zero")
+    assert max(r["entropy"] for r in log.steps) <= trl_diagnose.NO_ENTROPY
+
+
+def test_section_3_states_the_benchmarks_goal_result_with_its_spread():
+    """Issue 48: the main line states the result once, with its spread (the old cell said only
+    "on most of them")."""
+    goal = json.loads((ROOT / "benchmarks" / "results" / "detectors.json").read_text())[
+        "reward_hacking_goal"
+    ]
+    m = re.search(
+        r"median of ([\d.]+) with the fix \(seeds ([\d.]+)-([\d.]+)\) and ([\d.]+) with the "
+        r"loophole \(seeds ([\d.]+)-([\d.]+)\), the fix ahead on (\d+) of the (\d+) seeds",
+        cell("nb13-goal-pointer"),
+    )
+    assert m, "section 3's pointer states no median and spread"
+    fix, hole = goal["fixed"], goal["loophole"]
+    stated = [float(x) for x in m.groups()[:6]]
+    for got, want in zip(stated, [statistics.median(fix), min(fix), max(fix),
+                                  statistics.median(hole), min(hole), max(hole)]):  # fmt: skip
+        assert abs(got - want) <= 0.005 + 1e-9, (got, want)
+    assert int(m[7]) == sum(f > h for f, h in zip(fix, hole)) and int(m[8]) == len(fix)
+
+
+def test_the_reward_collapse_note_is_what_the_runs_stored():
+    """Cell 50: the missed seeds' first rewards, and the committed hit's drop against twice its
+    first reward_std, are the stored numbers."""
+    from pgrl_helpers import trl_diagnose, trl_log
+
+    bench = json.loads((ROOT / "benchmarks" / "results" / "trl_detectors.json").read_text())
+    note = cell("nb13-trl-rates-note")
+    missed = bench["rates"]["report"]["reward_collapse"]["missed_seeds"]
+    runs = {r["seed"]: r for r in bench["runs"] if r["fault"] == "lr_too_high"}
+    firsts = ", ".join(f"{runs[s]['reward_first']:.2f}" for s in missed[:-1])
+    assert f"{firsts} and {runs[missed[-1]]['reward_first']:.2f} at the first step" in note
+    assert all(runs[s]["reward_last"] == 0 for s in missed)
+    steps = trl_log.load(ROOT / "benchmarks" / "results" / "trl_logs" / "lr_too_high").steps
+    first, std0 = steps[0]["mean_reward"], steps[0]["reward_std"]
+    late = statistics.fmean(r["mean_reward"] for r in steps[-(len(steps) // 4) :])
+    assert f"a drop of {first - late:.3f} against 2 x {std0:.3f} = {2 * std0:.3f}" in note
+    assert first - late >= trl_diagnose.COLLAPSE_STD * std0  # a hit, as the note says
