@@ -65,6 +65,7 @@ from collections.abc import Callable
 import torch
 from tqdm.auto import tqdm
 
+from ._validate import check_number
 from .config import TrainConfig
 from .history import History, Run
 from .infra import PhaseClock
@@ -457,11 +458,13 @@ def _shapes(config: TrainConfig, policy, task) -> tuple[int, int, int]:
     if task is None:
         return config.vocab_size, config.prompt_length, config.response_length
     length = getattr(policy, "response_length", None)
-    if not isinstance(length, int) or isinstance(length, bool) or length < 1:
+    try:
+        check_number(length, "response_length", 1, low_inclusive=True, integer=True)
+    except (TypeError, ValueError) as err:
         raise ValueError(
             f"the given policy ({type(policy).__name__}) must say how many response slots it "
             f"writes: response_length an int >= 1, got {length!r}"
-        )
+        ) from err
     needed = getattr(task, "min_response_length", None)
     if needed is not None and length < needed:
         raise ValueError(

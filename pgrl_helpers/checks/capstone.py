@@ -31,6 +31,7 @@ import math
 from collections.abc import Callable
 from dataclasses import fields, replace
 
+from .._validate import is_number
 from ._capstone_rules import _RULES, EVAL_METRICS, STEP_METRICS, _facts, _mean, _pct  # noqa: F401
 from ._core import _call, _Failed, _NotImplemented, _run
 
@@ -256,8 +257,9 @@ def _judge_diagnosis(run: str, out) -> str:
             f"metric {metric!r} is not one the evidence can cite: step metrics "
             f"{', '.join(STEP_METRICS)}; eval metrics {', '.join(EVAL_METRICS)}"
         )
-    if isinstance(epoch, bool) or not isinstance(epoch, int):
-        raise _Failed(f"epoch must be an int, got {type(epoch).__name__}")
+    if not is_number(epoch) or not float(epoch).is_integer():
+        raise _Failed(f"epoch must be an int, got {epoch!r}")
+    epoch = int(epoch)
     logged = _logged_values(history, metric, epoch)
     if not logged:
         where = (
@@ -271,7 +273,7 @@ def _judge_diagnosis(run: str, out) -> str:
             f"{metric} is not logged at epoch {epoch} of run {run} (None): that itself is "
             "evidence (of what is not in the loss), but cite a logged number"
         )
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_number(value) or not math.isfinite(value):
         raise _Failed(f"value must be a number read from the history, got {value!r}")
     atol, rtol = EVIDENCE_TOL
     matched = [v for v in logged if abs(value - v) <= atol + rtol * abs(v)]
