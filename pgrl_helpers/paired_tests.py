@@ -17,7 +17,9 @@ problem, the problems themselves carry evidence:
   replacement, the same indices for both models (both stay paired). With few seeds the seed level
   has few distinct resamples, so the interval mostly reflects the problems; say so.
 
-Used in notebook 16 (the real language model's two arms and the base model).
+Notebook 16 compares the real language model's two arms and the base model with them.
+
+Taught in notebook 16.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ def mcnemar_exact(a: Sequence[float], b: Sequence[float]) -> dict:
     """McNemar's exact two-sided test of paired 0/1 outcomes ``a[i]``, ``b[i]`` on problem i.
 
     Returns ``{"a_only": n10, "b_only": n01, "p_value": p}``; p = 1 when no problem is discordant.
+
+    Taught in notebook 16.
     """
     a, b = _binary(a, "a"), _binary(b, "b")
     if len(a) != len(b) or not a:
@@ -58,7 +62,10 @@ def mcnemar_exact(a: Sequence[float], b: Sequence[float]) -> dict:
 
 def holm(p_values: Sequence[float]) -> list[float]:
     """Holm-adjusted p-values, in the order given (reject comparison i at level alpha when its
-    adjusted p <= alpha; the family is the len(p_values) comparisons made)."""
+    adjusted p <= alpha; the family is the len(p_values) comparisons made).
+
+    Taught in notebook 16.
+    """
     p = [float(x) for x in p_values]
     if any(not 0.0 <= x <= 1.0 for x in p):
         raise ValueError(f"p-values must lie in [0, 1], got {p}")
@@ -83,6 +90,8 @@ def bootstrap_mean_difference(
     for both). Each resample draws seeds with replacement, then problems with replacement, and
     uses the same draws for a and b. Returns ``{"mean", "low", "high", "seeds", "problems",
     "resamples", "level"}``.
+
+    Taught in notebook 16.
     """
     x, y = torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)
     if x.shape != y.shape or x.dim() != 2 or x.numel() == 0:
