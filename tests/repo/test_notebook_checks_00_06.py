@@ -212,8 +212,14 @@ CLOSES_WITH_EVIDENCE = ("01", "02", "03", "04", "05", "06", "08")
 CLOSES_WITH_EVIDENCE += ("09", "10", "11", "12", "14", "15")  # issue 48, helper H48d
 CLOSES_WITH_EVIDENCE += ("16",)  # issue 48, helper H48e
 # what the outputs of the main line's code cells may not print (issue 48): a test's p, a sign-flip
-# or "seed noise" verdict, a machine load
-MAIN_LINE_OUTPUT = re.compile(r"\bp\s*=\s*\.?\d|\bp-value|sign-flip|load average|seed noise", re.I)
+# or "seed noise" verdict, a machine load, a multiple-testing threshold, and (helper H48g) a table
+# column of p-values: a header cell ending in " p" ("... higher  p", "entropy p / test exact p")
+# or "p (min ...)"
+MAIN_LINE_OUTPUT = re.compile(
+    r"\bp\s*=\s*\.?\d|\bp-value|sign-flip|load average|seed noise|bonferroni"
+    r"| p[ \t]*(?:\||/|$)|\bp \(min",
+    re.I | re.M,
+)
 
 
 @pytest.mark.parametrize("number", CLOSES_WITH_EVIDENCE)
