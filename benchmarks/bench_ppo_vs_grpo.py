@@ -75,10 +75,13 @@ BASE = TrainConfig.preset(
     target_validation_exact_sort=TARGET,
 )
 
-#: name -> the fields that differ from BASE (each method's own recipe; lr is tuned).
+#: name -> the fields that differ from BASE (each method's own recipe; lr is tuned). PPO's
+#: critic makes its deltas: it sets BASE's deltas_mode back to the default, which 'gae' does
+#: not read (any other value is refused by ``TrainConfig.validate``).
 METHODS: dict[str, dict] = {
     "PPO + GAE": {"advantage_estimator": "gae", "gamma": 1.0, "gae_lambda": 0.95,
-                  "value_clip": 0.2, "critic_learning_rate": None},
+                  "value_clip": 0.2, "critic_learning_rate": None,
+                  "deltas_mode": "centered_rewards"},
     "GRPO": {"loss_aggregation": "sequence_mean"},
     "RLOO": {"deltas_mode": "loo_rewards"},
 }  # fmt: skip

@@ -380,10 +380,11 @@ class TrainConfig:
     def _refuse_ignored_settings(self) -> None:
         """Refuse a value the run would silently not read, or read with the wrong sign.
 
-        (Not yet: deltas_mode under advantage_estimator 'gae', which the critic's deltas
-        ignore; notebook 10 and bench_ppo_vs_grpo derive their PPO run from a GRPO config
-        that sets it, so refusing it needs their configs changed first.)
-
+        * advantage_estimator 'gae' takes its deltas from the critic (GAE over per-token
+          rewards), so deltas_mode is not read: a value other than the default
+          'centered_rewards' is refused. The default itself passes: a dataclass cannot tell
+          it from the same value given explicitly, so a PPO run derived from a GRPO config
+          (notebook 10, bench_ppo_vs_grpo) sets deltas_mode back to the default;
         * kl_in_reward always puts k1 per token into the rewards: a kl_estimator other than
           k1 (or the default) is not read;
         * deltas_mode 'max_rewards' (the lecture's winner takes all) weights the best
@@ -391,6 +392,13 @@ class TrainConfig:
           negative (``NEGATIVE_REWARDS``) the best response would be pushed down.
         """
         default = {field.name: field.default for field in fields(TrainConfig)}
+        if self.advantage_estimator == "gae" and self.deltas_mode != default["deltas_mode"]:
+            raise ValueError(
+                f"deltas_mode {self.deltas_mode!r} would be ignored: advantage_estimator 'gae' "
+                "takes its deltas from the critic (GAE over per-token rewards), not from the "
+                f"group's rewards; leave deltas_mode at its default {default['deltas_mode']!r} "
+                "(or use advantage_estimator 'group' for group deltas)"
+            )
         if self.kl_in_reward and self.kl_estimator not in (default["kl_estimator"], "k1"):
             raise ValueError(
                 f"kl_estimator {self.kl_estimator!r} would be ignored: kl_in_reward always puts "

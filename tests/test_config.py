@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pytest
 
+from pgrl_helpers.advantages import DELTA_MODES
 from pgrl_helpers.config import TrainConfig, config_fields
 
 
@@ -176,6 +177,22 @@ def test_the_default_config_with_one_response_is_refused_and_raw_rewards_are_not
         TrainConfig(num_responses=1).validate()  # the default deltas_mode: centered_rewards
     for mode in ("rewards", "max_rewards"):  # delta = r: G = 1 trains (plain REINFORCE)
         tiny_config("lecture", deltas_mode=mode, num_responses=1)
+
+
+@pytest.mark.parametrize("mode", [m for m in DELTA_MODES if m != TrainConfig().deltas_mode])
+def test_a_deltas_mode_that_gae_would_ignore_is_refused(mode, tiny_config):
+    """'gae' takes its deltas from the critic, so deltas_mode is not read: any value but the
+    default is refused (the default passes: a dataclass cannot tell it from an explicit one)."""
+    default = TrainConfig().deltas_mode
+    assert default == "centered_rewards"
+    ignored = (
+        rf"^deltas_mode {mode!r} would be ignored: advantage_estimator 'gae' .*default {default!r}"
+    )
+    with pytest.raises(ValueError, match=ignored):
+        tiny_config("autoregressive", advantage_estimator="gae", deltas_mode=mode)
+    tiny_config("autoregressive", advantage_estimator="gae", deltas_mode=default)
+    if mode != "max_rewards":  # 'group' reads it (max_rewards: refused with this task's reward)
+        tiny_config("autoregressive", advantage_estimator="group", deltas_mode=mode)
 
 
 # --- the loss options: one source of defaults ---

@@ -80,7 +80,10 @@ def test_one_step_per_batch_skips_the_old_log_prob_forward_pass(monkeypatch):
     [
         TrainConfig(num_epochs=3, loss_mode="clipped", num_steps_per_epoch=2),
         TrainConfig(
-            **(CONFIGS["autoregressive_dedup"] | dict(num_epochs=3)),
+            # deltas_mode back to the default: 'gae' does not read it (others are refused)
+            **(
+                CONFIGS["autoregressive_dedup"] | dict(num_epochs=3, deltas_mode="centered_rewards")
+            ),
             advantage_estimator="gae",
             num_steps_per_epoch=1,
         ),

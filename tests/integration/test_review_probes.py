@@ -10,8 +10,8 @@ mid-run, is refused here at construction or by ``TrainConfig.validate()`` /
 * p3 (B5): ``RealLMSortTask`` weights that are empty, NaN, negative or all zero;
 * p4 (B4): the config fields that were never type-checked (every field: ``test_config.py``);
 * p5 (B9): ``max_rewards`` with rewards that can be negative;
-* B8: ``kl_estimator`` under ``kl_in_reward``, never read (``deltas_mode`` under 'gae': not yet, see
-  ``TrainConfig._refuse_ignored_settings``);
+* B8: ``kl_estimator`` under ``kl_in_reward``, never read (``deltas_mode`` under 'gae', never read
+  either: ``tests/test_config.py``);
 * B10: Clip-Cov at GSPO's sequence level.
 """
 

@@ -423,3 +423,39 @@ def test_a_misread_near_zero_value_is_not_the_historys():
     frozen = {"cause": "old_log_probs_not_detached", "metric": "grad_norm", "epoch": 0}
     assert not result(checks.check_diagnosis, lambda: {**frozen, "value": 0.009}, "C").passed
     assert result(checks.check_diagnosis, lambda: {**frozen, "value": 0.0}, "C").passed
+
+
+def test_the_fix_hint_names_the_recipe_the_runs_share():
+    """The notebook's fix hint points at notebook 13's healthy run (it named notebook 07, whose
+    runs use another task and setting): the capstone's recipe differs from that run only where
+    the hint says (layers, run length) and in the held-out size the check fixes itself."""
+    import json
+
+    from pgrl_helpers import symptoms
+
+    healthy, ours = vars(symptoms.healthy_config(0)), vars(capstone._healthy())
+    differ = {name for name in ours if ours[name] != healthy[name]}
+    assert differ == {
+        "num_layers",
+        "num_epochs",
+        "target_validation_exact_sort",
+        "num_eval_prompts",
+    }
+    assert ours["num_eval_prompts"] == capstone.CAPSTONE_TASK["num_eval_prompts"]  # the check's
+    assert ours["target_validation_exact_sort"] == capstone.CAPSTONE_STOP
+    assert (
+        "HEALTHY = symptoms.healthy_config(SEED)"
+        in (ROOT / "notebooks" / "13_troubleshooting.ipynb").read_text()
+    )
+    path = ROOT / "assignments" / "instructor" / "09_capstone_broken_runs.ipynb"
+    texts = ["".join(cell["source"]) for cell in json.loads(path.read_text())["cells"]]
+    hints = [text for text in texts if "For the fix, the recipe the runs share" in text]
+    assert len(hints) == len(capstone.RUN_NAMES)
+    words = {1: "one", 2: "two"}
+    for hint in hints:
+        assert "healthy run of series notebook 13" in hint and "symptoms.healthy_config" in hint
+        assert "notebook 07" not in hint
+        layers = f"{words[ours['num_layers']]} transformer layer instead of {words[healthy['num_layers']]}"
+        assert layers in hint
+        stop = f"validation reaches {capstone.CAPSTONE_STOP:.0%} rather than for {healthy['num_epochs']} epochs"
+        assert stop in hint
