@@ -13,6 +13,10 @@ Arms, both trained with LoRA (peft) and our loop (``run_policy_gradient`` with
 * ``rl``: GRPO from the base model, reward exact + 0.5 partial + 0.1 format.
 * ``sft_rl``: a few supervised LoRA steps on sorted answers of training multisets, then the
   same GRPO.
+* ``trl`` (issue 46, ``benchmarks/real_lm_trl.py``; run alone: ``run --arm trl --seed N``):
+  TRL's GRPOTrainer in ``rl``'s setting (the same model, LoRA, prompts per step, objective,
+  optimizer, reward and held-out protocol, float32 without checkpointing), scored by the same
+  functions; the report checks the two arms' recorded settings equal (``matched_settings``).
 
 Stopping rule: validation (greedy exact sort) every ``--val-every`` RL steps; the adapter with
 the best validation score is kept. The test split is scored once per run, by that adapter.
@@ -27,7 +31,8 @@ thread each):
     .venv/bin/python benchmarks/bench_real_lm.py            # everything but speed, 2-3 h
     .venv/bin/python benchmarks/bench_real_lm.py base
     .venv/bin/python benchmarks/bench_real_lm.py run --arm sft_rl --seed 0
-    .venv/bin/python benchmarks/bench_real_lm.py speed      # our loop against TRL, per step
+    .venv/bin/python benchmarks/bench_real_lm.py speed      # our loop against TRL, per step,
+                                                             # matched and interleaved
     .venv/bin/python benchmarks/bench_real_lm.py report
     .venv/bin/python benchmarks/bench_real_lm.py --quick --out DIR   # the code path, seconds
 
@@ -86,6 +91,9 @@ TEMPLATE_NAME = "issue"  # chosen on validation (scale/REAL_LM.md)
 WEIGHTS = {"exact": 1.0, "partial": 0.5, "format": 0.1}
 HELDOUT = 64  # prompts in validation and in test (one per multiset)
 ARMS = ("rl", "sft_rl")
+#: issue 46: TRL's GRPOTrainer in the rl arm's setting (benchmarks/real_lm_trl.py); run alone
+#: (`run --arm trl --seed N`), never by the whole-benchmark loop over ARMS
+TRL_ARM = "trl"
 
 
 def rel(path) -> str:
@@ -114,7 +122,8 @@ def reply_tokens(args, tokenizer) -> dict:
 
 
 #: Options that do not change what a run computes (a resumed run may change them).
-NOT_SETTINGS = ("part", "out_dir", "resume", "stop_after", "save_adapter", "name", "threads")
+NOT_SETTINGS = ("part", "out_dir", "resume", "stop_after", "save_adapter", "name", "threads",
+                "speed_steps")  # fmt: skip
 
 
 def recorded_settings(args) -> dict:
@@ -373,6 +382,10 @@ def state_path(args) -> Path:
 
 
 def part_run(args) -> dict:
+    if args.arm == TRL_ARM:  # issue 46: the matched TRL arm (benchmarks/real_lm_trl.py)
+        import real_lm_trl
+
+        return real_lm_trl.run_trl(args)
     from peft import get_peft_model
 
     from pgrl_helpers.training import loop_state, run_policy_gradient
@@ -392,7 +405,10 @@ def part_run(args) -> dict:
         if not state_path(args).exists():
             raise SystemExit(f"--resume: no saved state at {rel(state_path(args))}")
         saved = torch.load(state_path(args), weights_only=False)
-        if saved["settings"] != run_settings(args):
+        # a state saved before an option joined NOT_SETTINGS still resumes (issue 46)
+        if {k: v for k, v in saved["settings"].items() if k not in NOT_SETTINGS} != run_settings(
+            args
+        ):
             raise SystemExit("--resume: the saved run had other settings: "
                              f"{saved['settings']} (now {run_settings(args)})")  # fmt: skip
     out = {"arm": args.arm, "seed": seed, "reply_budget": budget}
@@ -523,25 +539,12 @@ def describe_adapter(folder: Path, args) -> None:
 
 
 def part_speed(args) -> dict:
-    """Our loop against TRL's GRPOTrainer, same model, batch, reply length and LoRA (the
-    probe's ``loop_vs_trl``, scale/real_lm_probe.py)."""
-    sys.path.insert(0, str(ROOT / "scale"))
-    import real_lm_probe as probe
+    """Our loop against TRL's GRPOTrainer in the benchmark's setting, matched (float32 and no
+    checkpointing on both sides) and interleaved step by step in one process, ``--speed-steps``
+    timed steps per side after a warm-up step each (``real_lm_trl.matched_speed``, issue 46)."""
+    import real_lm_trl
 
-    ns = argparse.Namespace(
-        model=args.model, threads=args.threads, reply_tokens=args.reply_tokens,
-        lora_r=args.lora_r, prompts=args.prompts, group=args.group, steps=args.speed_steps,
-        learning_rate=args.learning_rate, tmp="/tmp/bench_real_lm_speed",
-    )  # fmt: skip
-    out = probe.part_loop_vs_trl(ns)
-    ours = [s["cpu_seconds"] for s in out["ours"]["steps_timed"]]
-    trl = [s["cpu_seconds"] for s in out["trl"]["steps_timed"][1:]]  # first: TRL's setup
-    out["cpu_seconds_per_step"] = {
-        "ours_median": round(statistics.median(ours), 2),
-        "trl_median": round(statistics.median(trl), 2),
-        "ratio_trl_over_ours": round(statistics.median(trl) / statistics.median(ours), 2),
-    }
-    return out
+    return real_lm_trl.matched_speed(args)
 
 
 # ----------------------------------------------------------------------------- part: report
@@ -628,6 +631,12 @@ def part_report(args) -> dict:
     }
     if (RUNS / "speed.json").exists():
         payload["speed"] = json.loads((RUNS / "speed.json").read_text())
+    trl_runs = [json.loads(p.read_text()) for p in sorted(RUNS.glob(f"{TRL_ARM}_seed*.json"))]
+    if trl_runs:  # issue 46: the matched TRL arm beside ours; raises if the settings differ
+        import real_lm_trl
+
+        payload["trl"] = {"runs": trl_runs, "side_by_side": real_lm_trl.side_by_side(
+            {"rl": runs.get("rl", []), TRL_ARM: trl_runs})}  # fmt: skip
     validation, test = splits(args)
     task = T.RealLMSortTask()
     payload["splits"] = {
@@ -712,8 +721,17 @@ def section(r: dict, results_dir=RESULTS) -> str:
                 "list (McNemar's exact test per seed, Holm over the comparisons made)"
             )
         lines += ["", f"{name} (paired by seed): {text}."]
+    trl = r.get("trl")
+    if trl:  # issue 46: the matched TRL arm (benchmarks/real_lm_trl.py)
+        import real_lm_trl
+
+        lines += ["", *real_lm_trl.report_lines(trl["side_by_side"])]
     speed = r.get("speed")
-    if speed:
+    if speed and "timed_steps_per_side" in speed:  # issue 46: the matched, interleaved speed
+        import real_lm_trl
+
+        lines += ["", *real_lm_trl.speed_lines(speed)]
+    elif speed:
         lines += [
             "",
             "Speed against TRL: the stored record (measured by `scale/real_lm_probe.py`; "
@@ -761,7 +779,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("part", nargs="?", choices=list(PARTS), default=None,
                    help="one part (default: the whole benchmark: base, both arms x --seeds, "
                    "report; speed is separate)")  # fmt: skip
-    p.add_argument("--arm", default="sft_rl", choices=ARMS, help="run: the arm")
+    p.add_argument("--arm", default="sft_rl", choices=(*ARMS, TRL_ARM), help="run: the arm")
     p.add_argument("--seed", type=int, default=None, help="run: the seed (default 0; or --seeds)")
     p.add_argument("--model", default=None, help=f"PATH_OR_HUB_ID, or tiny ({rel(R.DEFAULT_DIR)})")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, mps or auto")
@@ -782,7 +800,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--val-every", type=positive_int, default=None, help="RL steps (10)")
     p.add_argument("--n-samples", type=positive_int, default=None, help="n of pass@k (16)")
     p.add_argument("--sample-seed", type=int, default=2026)
-    p.add_argument("--speed-steps", type=positive_int, default=5)
+    p.add_argument("--speed-steps", type=positive_int, default=10,
+                   help="speed: timed steps per side, after a warm-up step each (10)")  # fmt: skip
     p.add_argument("--save-adapter", default=None, help="run: save the adapter here")
     p.add_argument("--name", default=None, help="run: the part's file name (default ARM_seedN)")
     p.add_argument(
@@ -806,8 +825,8 @@ def check_args(args: argparse.Namespace, seeds) -> None:
         value = getattr(args, name)
         if value is not None and (not isinstance(value, int) or value < 1):
             raise SystemExit(f"--{name.replace('_', '-')} must be an int >= 1, got {value!r}")
-    if args.arm not in ARMS:
-        raise SystemExit(f"--arm must be one of {ARMS}, got {args.arm!r}")
+    if args.arm not in (*ARMS, TRL_ARM):
+        raise SystemExit(f"--arm must be one of {(*ARMS, TRL_ARM)}, got {args.arm!r}")
     if args.seed is not None and seeds:
         raise SystemExit("give --seed (one run) or --seeds, not both")
     if args.group < 2:
@@ -823,7 +842,7 @@ def check_args(args: argparse.Namespace, seeds) -> None:
 def run_part(args: argparse.Namespace) -> None:
     """One part into RUNS/<name>.json (report: OUT)."""
     if args.part == "run" and args.rl_steps is None:
-        args.rl_steps = RL_STEPS.get(args.arm)
+        args.rl_steps = RL_STEPS.get(args.arm, RL_STEPS["rl"])  # trl: the rl arm's steps
     if args.part == "report":
         part_report(args)
         return
