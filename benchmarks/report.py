@@ -25,7 +25,7 @@ SECTIONS = [import_module(name) for name in (
     "bench_trl_vs_loop", "bench_lecture_ablation", "bench_kl_beta", "bench_ppo_vs_grpo",
     "bench_detectors", "bench_objectives", "bench_entropy", "bench_collapse",
     "bench_length_drift", "bench_staleness", "bench_pass_at_k", "bench_multi_turn",
-    "bench_real_lm", "bench_trl_detectors",
+    "bench_real_lm", "bench_trl_detectors", "bench_real_lm_verifier",
 )]  # fmt: skip
 
 HEADER = """# Benchmark results
