@@ -90,6 +90,7 @@ SLOW_TEST_FILES = (
     "tests/integration/test_grpo_checkpoint.py",
     "tests/integration/test_scale_two_processes.py",
     "tests/integration/test_trl_mapping.py",
+    "tests/integration/test_real_lm_trl.py",
     "tests/repo/test_readme_quickstart.py",
     "tests/repo/test_tasks.py",
 )
