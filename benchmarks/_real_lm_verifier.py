@@ -15,11 +15,14 @@ validation (``Picker``). Nothing here reads the test split.
 * ``select_verified`` / ``run_expert_iteration``: expert iteration (Anthony et al. 2017, "Thinking
   Fast and Slow with Deep Learning and Tree Search"; STaR, Zelikman et al. 2022; the form of
   Stanford CS336, Spring 2025, assignment 5): sample G replies per prompt, keep those the
-  verifier scores exact, one SFT step on them.
+  verifier scores exact, one SFT step on them (from the base, or from a saved SFT adapter:
+  ``sft_imperfect_ei``).
 * ``run_sft_demos``: supervised LoRA steps on gold or teacher demonstrations, the batches of
   ``bench_real_lm.run_sft``.
 * ``run_grpo``: ``bench_real_lm``'s GRPO recipe (our loop, ``ChatLMPolicy``, its reward) from
   whatever adapter the model holds.
+* ``summarize`` / ``load_runs``: the report's line per finished run (bench_real_lm's rl runs
+  and this script's), each checked to be scored on the report's test split (``same_test``).
 * ``choose_rate`` (a learning rate picked on validation only), ``paired`` (McNemar's exact test
   per seed, the bootstrap over seeds and problems, the sign-flip test over seeds with its floor:
   ``pgrl_helpers.paired_tests`` and ``seed_stats``), ``passk_section`` (problems gained and lost
@@ -28,9 +31,11 @@ validation (``Picker``). Nothing here reads the test split.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import statistics
+from pathlib import Path
 
 import bench_real_lm as B
 import torch
@@ -296,7 +301,77 @@ def run_grpo(model, tokenizer, args, seed, template, picker, validation, test) -
     } | picker.restore()  # fmt: skip
 
 
-# ----------------------------------------------------------------------------- the report's statistics
+# ----------------------------------------------------------------------------- the report
+
+
+def summarize(record: dict, source: str) -> dict:
+    """One run's line of the report (bench_real_lm's rl records and this script's)."""
+    if "rl" in record:  # bench_real_lm's rl arm: GRPO from the base
+        rl, s = record["rl"], record["settings"]
+        steps, replies = rl["steps"], rl["prompts"] * rl["group"]
+        training = {"learning_rate": rl["learning_rate"], "best_step": rl["best_step"],
+                    "validation_curve": rl["validation_curve"], "sampled_replies": steps * replies,
+                    "token_slots": steps * replies * s["reply_tokens"],
+                    "generated_tokens": None,  # not recorded by bench_real_lm
+                    "heldout": rl["training_prompts_with_heldout_multiset"]}  # fmt: skip
+    else:
+        t = record["training"]
+        training = {"learning_rate": t["learning_rate"], "best_step": t["best_step"],
+                    "validation_curve": t["validation_curve"],
+                    "sampled_replies": t.get("sampled_replies", 0),
+                    "token_slots": t.get("token_slots", 0),
+                    "generated_tokens": t.get("generated_tokens", 0),
+                    "heldout": t["heldout_multisets_in_training"]}  # fmt: skip
+        for k in ("skipped_steps", "kept_replies"):
+            if k in t:
+                training[k] = t[k]
+        if "teacher_on_test" in record:
+            training["teacher"] = {"error_rate": record["settings"]["teacher_error_rate"],
+                                   "on_demonstrations": t["teacher_on_demonstrations"]}  # fmt: skip
+    best = max(training["validation_curve"], key=lambda p: (p["exact"], p["partial"]))
+    time_ = record.get("wall_and_cpu", {})
+    return {
+        "seed": record["seed"], "source": source,
+        "test_exact": record["test_greedy"]["exact"], "test_format": record["test_greedy"]["format"],
+        "exact_per_problem": record["test_greedy"]["exact_per_problem"],
+        "validation_best_exact": best["exact"], **training,
+        "cpu_minutes": round(time_["cpu_seconds"] / 60, 1) if time_ else None,
+        "wall_minutes": round(time_["seconds"] / 60, 1) if time_ else None,
+        "peak_rss_mib": record.get("peak_rss_mib"), "adapter": record.get("adapter"),
+        "init_adapter": record.get("init_adapter"),
+        "load_average": [record.get("load_average_before"), record.get("load_average_after")],
+    }  # fmt: skip
+
+
+def cpu_minutes(record: dict) -> float:
+    return round(record["wall_and_cpu"]["cpu_seconds"] / 60, 1)
+
+
+def same_test(path: Path, outcomes: list) -> None:
+    if len(outcomes) != B.HELDOUT:
+        raise SystemExit(f"{B.rel(path)} scored {len(outcomes)} test problems, this report's "
+                         f"test split has {B.HELDOUT}: a run of another split (--quick?)")  # fmt: skip
+
+
+def load_runs(grpo_runs: Path, runs: Path) -> dict:
+    """{arm: {learning rate: [run summaries by seed]}} of the finished runs found (each scored
+    on this report's test split): the rl runs in ``grpo_runs``, this script's in ``runs``."""
+    found = {}
+    for path in sorted(Path(grpo_runs).glob("rl_seed*.json")):
+        record = json.loads(path.read_text())
+        if "paused_after_steps" not in record:
+            found.setdefault("grpo", []).append(summarize(record, B.rel(path)))
+    for path in sorted(Path(runs).glob("*.json")):
+        record = json.loads(path.read_text())
+        if record.get("part") == "run":
+            found.setdefault(record["arm"], []).append(summarize(record, B.rel(path)))
+    out = {}
+    for arm, rows in found.items():
+        for row in rows:
+            same_test(Path(row["source"]), row["exact_per_problem"])
+        for row in sorted(rows, key=lambda r: r["seed"]):
+            out.setdefault(arm, {}).setdefault(row["learning_rate"], []).append(row)
+    return out
 
 
 def choose_rate(by_rate: dict) -> tuple[float, dict]:

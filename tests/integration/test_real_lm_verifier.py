@@ -3,6 +3,7 @@
 What it guarantees: the imperfect teacher makes the stated fraction of realistic mistakes and is
 a function of (seed, problem); expert iteration trains only on replies the verifier scores exact
 and samples exactly what the rl arm samples (same prompts, G, reply cap, temperature, draws);
+GRPO and expert iteration after SFT start from the given adapter and sample alike per step;
 no training prompt of expert iteration or SFT has a held-out multiset (a planted leak stops the
 run); the report pairs the arms problem by problem on a known table (McNemar, Holm over every
 test made, the bootstrap, a learning rate chosen on validation only); the quick path runs from
@@ -238,9 +239,9 @@ def test_expert_iteration_samples_exactly_what_the_rl_arm_samples(restore, tmp_p
     assert ei["heldout_multisets_in_training"] == 0
 
 
-def test_grpo_after_sft_starts_from_the_given_adapter(restore, tmp_path):
-    """An adapter with known weights (every lora_B 0.01) is what the GRPO run starts from:
-    its step-0 weights are the file's (a fresh LoRA would have lora_B = 0)."""
+def known_adapter(folder: Path) -> float:
+    """Save a LoRA whose every lora_B is 0.01 (a fresh one has lora_B = 0) to ``folder``; the
+    sum of its weights' absolute values."""
     from peft import get_peft_model
     from safetensors.torch import load_file
 
@@ -250,28 +251,74 @@ def test_grpo_after_sft_starts_from_the_given_adapter(restore, tmp_path):
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.fill_(0.01)
-    model.save_pretrained(str(tmp_path / "known"))
-    weights = load_file(str(tmp_path / "known" / "adapter_model.safetensors"))
-    total = float(sum(v.abs().sum() for v in weights.values()))
+    model.save_pretrained(str(folder))
+    weights = load_file(str(folder / "adapter_model.safetensors"))
+    return float(sum(v.abs().sum() for v in weights.values()))
+
+
+@pytest.mark.parametrize("arm", ["sft_imperfect_grpo", "sft_imperfect_ei"])
+def test_the_arms_after_sft_start_from_the_given_adapter(restore, tmp_path, arm):
+    """An adapter with known weights is what GRPO and expert iteration after SFT start from:
+    their step-0 weights are the file's, and the file name carries the arm's learning rate."""
+    total = known_adapter(tmp_path / "known")
     B.HELDOUT = 8
-    M.main(part="run", arm="sft_imperfect_grpo", seed=0, model="tiny", rl_steps=1, val_every=1,
-           prompts=2, group=2, init_adapter=str(tmp_path / "known"), out_dir=tmp_path)  # fmt: skip
-    run = json.loads((tmp_path / "real_lm_verifier_runs" / "sft_imperfect_grpo_lr0.0003_seed0.json")
-                     .read_text())  # fmt: skip
+    M.main(part="run", arm=arm, seed=0, model="tiny", rl_steps=1, val_every=1, prompts=2,
+           group=2, ei_learning_rate=2e-4, init_adapter=str(tmp_path / "known"),
+           out_dir=tmp_path)  # fmt: skip
+    name = {"sft_imperfect_grpo": "lr0.0003", "sft_imperfect_ei": "lr0.0002"}[arm]
+    run = json.loads((tmp_path / "real_lm_verifier_runs" / f"{arm}_{name}_seed0.json").read_text())
     assert run["init_lora_abs_sum"] == pytest.approx(total, rel=1e-5)
+    assert run["init_adapter"].endswith("known")
     assert [p["step"] for p in run["training"]["validation_curve"]] == [0, 1]
     assert run["training"]["heldout_multisets_in_training"] == 0
+    assert run["training"]["steps"] == 1  # expert iteration: as many steps as --rl-steps
+
+
+def test_expert_iteration_after_sft_samples_what_grpo_after_sft_samples(restore, tmp_path):
+    """From the same adapter and seed, at the benchmark's sizes (4 prompts x G = 8, the reply
+    cap, temperature 1, --ei-steps defaulting to --rl-steps): the same number of sampling calls,
+    each of the same prompts-by-replies shape, cap and temperature, and on the first step (the
+    same weights) the same prompts and the same replies."""
+    calls = {"sft_imperfect_grpo": [], "sft_imperfect_ei": []}
+    sample = R.ChatLMPolicy.sample
+    key = [None]
+
+    def spy(self, prompts, num_samples, generator=None):
+        out = sample(self, prompts, num_samples, generator)
+        calls[key[0]].append((prompts.clone(), num_samples, self.response_length,
+                              self.temperature, out[0].clone()))  # fmt: skip
+        return out
+
+    restore.setattr(R.ChatLMPolicy, "sample", spy)
+    known_adapter(tmp_path / "known")
+    B.HELDOUT = 8
+    for arm in calls:
+        key[0] = arm
+        M.main(part="run", arm=arm, seed=0, model="tiny", rl_steps=2, val_every=2, lora_r=2,
+               init_adapter=str(tmp_path / "known"), out_dir=tmp_path / arm)  # fmt: skip
+    grpo, ei = calls["sft_imperfect_grpo"], calls["sft_imperfect_ei"]
+    assert len(grpo) == len(ei) == 2
+    for g, e in zip(grpo, ei):
+        assert g[0].shape == e[0].shape and g[0].shape[0] == B.DEFAULTS["prompts"] == 4
+        assert g[1] == e[1] == B.DEFAULTS["group"] == 8 and g[2] == e[2] and g[3] == e[3] == 1.0
+        assert g[4].shape == e[4].shape
+    assert torch.equal(grpo[0][0], ei[0][0]) and torch.equal(grpo[0][4], ei[0][4])
+    runs = {arm: json.loads(next((tmp_path / arm / "real_lm_verifier_runs").glob("*.json"))
+                            .read_text())["training"] for arm in calls}  # fmt: skip
+    assert runs["sft_imperfect_ei"]["sampled_replies"] == runs["sft_imperfect_grpo"][
+        "sampled_replies"] == 2 * 4 * 8  # fmt: skip
+    assert runs["sft_imperfect_ei"]["token_slots"] == runs["sft_imperfect_grpo"]["token_slots"]
 
 
 # ----------------------------------------------------------------------------- the report
 
 
-def fake_run(arm, seed, outcomes, lr, validation, teacher=False) -> dict:
+def fake_run(arm, seed, outcomes, lr, validation, teacher=False, **training) -> dict:
     record = {
         "part": "run", "arm": arm, "seed": seed, "settings": {"teacher_error_rate": 0.3},
         "training": {"learning_rate": lr, "best_step": 10, "heldout_multisets_in_training": 0,
                      "validation_curve": [{"step": 10, "exact": validation, "partial": 0.0,
-                                           "format": 1.0}]},
+                                           "format": 1.0}], **training},
         "test_greedy": {"exact": sum(outcomes) / len(outcomes), "format": 1.0,
                         "exact_per_problem": outcomes},
         "wall_and_cpu": {"seconds": 60.0, "cpu_seconds": 30.0}, "peak_rss_mib": 100.0,
@@ -306,6 +353,10 @@ def test_the_report_pairs_the_arms_problem_by_problem_on_a_known_table(restore, 
         "b": fake_run("sft_imperfect_grpo", 0, [1] * 8, 3e-4, 0.5),
         "expert_iteration_seed0": fake_run("expert_iteration", 0, [0, 0, 0, 0, 0, 0, 0, 1], 5e-4,
                                            0.1),
+        # expert iteration after SFT at two rates: validation prefers 3e-5, the worse on test
+        "c": fake_run("sft_imperfect_ei", 0, [1, 0, 1, 0, 0, 0, 0, 1], 3e-5, 0.5,
+                      kept_replies=37, skipped_steps=2),
+        "d": fake_run("sft_imperfect_ei", 0, [1] * 8, 1e-4, 0.4, kept_replies=90),
     }  # fmt: skip
     for name, record in files.items():
         (runs / f"{name}.json").write_text(json.dumps(record))
@@ -324,22 +375,40 @@ def test_the_report_pairs_the_arms_problem_by_problem_on_a_known_table(restore, 
     a_only = sum(x > y for x, y in zip([1] * 7 + [0], teacher))
     b_only = sum(y > x for x, y in zip([1] * 7 + [0], teacher))
     assert (third["a_only"], third["b_only"]) == (a_only, b_only)
-    # Holm over the three tests made (no base run: no "vs base" test)
-    assert r["holm"]["tests"] == 3 and "base (part base)" in r["not_run"]
-    ps = [first["p_value"], second["p_value"], third["p_value"]]
-    order = sorted(range(3), key=lambda i: ps[i])
-    expected, running = [0.0] * 3, 0.0
+    # expert iteration after SFT, at the rate validation chose (3e-5)
+    assert r["learning_rate_choice"]["sft_imperfect_ei"]["chosen"] == 3e-5
+    fourth = by[("sft_imperfect_grpo", "sft_imperfect_ei")]["mcnemar"][0]
+    assert (fourth["a_only"], fourth["b_only"], fourth["p_value"]) == (5, 1, 2 * 7 / 64)
+    fifth = by[("sft_imperfect_ei", "sft_imperfect")]["mcnemar"][0]
+    assert (fifth["a_only"], fifth["b_only"], fifth["p_value"]) == (2, 1, 1.0)
+    boot = by[("sft_imperfect_ei", "sft_imperfect")]["bootstrap"]
+    assert boot["mean"] == round(1 / 8, 4) and boot["low"] <= boot["mean"] <= boot["high"]
+    # Holm over the five tests made (no base run: no "vs base" test)
+    assert r["holm"]["tests"] == 5 and "base (part base)" in r["not_run"]
+    tests = [first, second, third, fourth, fifth]
+    assert len(by) == 5 and [t for c in r["comparisons"] for t in c["mcnemar"]] == [
+        by[k]["mcnemar"][0] for k in by
+    ]
+    ps = [t["p_value"] for t in tests]
+    order = sorted(range(5), key=lambda i: ps[i])
+    expected, running = [0.0] * 5, 0.0
     for rank, i in enumerate(order):
-        running = max(running, min(1.0, (3 - rank) * ps[i]))
+        running = max(running, min(1.0, (5 - rank) * ps[i]))
         expected[i] = running
-    assert [first["p_holm"], second["p_holm"], third["p_holm"]] == pytest.approx(expected)
+    assert [t["p_holm"] for t in tests] == pytest.approx(expected)
     boot = by[("sft_imperfect_grpo", "sft_imperfect")]["bootstrap"]
     assert boot["mean"] == round(5 / 8, 4) and 0 < boot["low"] <= boot["mean"] <= boot["high"]
     sign = by[("grpo", "expert_iteration")]["sign_flip"]
     assert sign["floor"] == 1.0 and "cannot reach 0.05 with 1 seeds" in sign["verdict"]
     assert "sft_gold seed 0" in r["not_run"] and "passk base_issue" in r["not_run"]
+    assert "sft_imperfect_ei seed 1" in r["not_run"] and "sft_imperfect_ei seed 0" not in r[
+        "not_run"] and "passk sft_imperfect_ei_seed0" in r["not_run"]  # fmt: skip
     text = M.section(r)
-    assert "Holm over all 3 tests" in text and "5/0 p 0.062" in text
+    assert "Holm over all 5 tests" in text and "5/0 p 0.062" in text
+    assert "| SFT imperfect teacher, then expert iteration | 3e-05 | [0] | 0.375 |" in text
+    assert "; kept 37 |" in text
+    assert "- sft_imperfect_grpo vs sft_imperfect_ei: seed 0: 5/1 p 0.22" in text
+    assert "- sft_imperfect_ei vs sft_imperfect: seed 0: 2/1 p 1" in text
 
 
 def test_the_report_refuses_a_run_scored_on_another_test_split(restore, tmp_path):
@@ -381,7 +450,7 @@ def test_the_quick_path_runs_every_part_to_the_report(restore, tmp_path):
     assert set(base["strict"]) == set(base["lenient"]) == {"issue", "example"}
     assert len(base["strict"]["example"]["exact_per_problem"]) == 8
     for arm in M.RUN_ARMS:
-        name = f"{arm}_lr0.0003_seed1" if arm == "sft_imperfect_grpo" else f"{arm}_seed1"
+        name = M.run_name(M.build_args(True, part="run", arm=arm, seed=1, model="tiny"))
         run = json.loads((runs / f"{name}.json").read_text())
         assert run["training"]["heldout_multisets_in_training"] == 0
         assert len(run["test_greedy"]["exact_per_problem"]) == 8
@@ -389,12 +458,16 @@ def test_the_quick_path_runs_every_part_to_the_report(restore, tmp_path):
     imperfect = json.loads((runs / "sft_imperfect_seed0.json").read_text())
     assert imperfect["teacher_on_test"]["problems"] == 8
     assert "teacher_on_demonstrations" in imperfect["training"]
-    after = json.loads((runs / "sft_imperfect_grpo_lr0.0003_seed0.json").read_text())
-    assert after["init_adapter"].endswith("adapters/sft_imperfect_seed0")
-    assert after["training"]["validation_curve"][0]["step"] == 0
+    for name in ("sft_imperfect_grpo_lr0.0003_seed0", "sft_imperfect_ei_lr0.0005_seed0"):
+        after = json.loads((runs / f"{name}.json").read_text())
+        assert after["init_adapter"].endswith("adapters/sft_imperfect_seed0")
+        assert after["training"]["validation_curve"][0]["step"] == 0
     r = json.loads((tmp_path / "real_lm_verifier.json").read_text())
     assert list(r["arms"]) == list(M.ARMS) and r["n_samples"] == M.QUICK["n_samples"]
-    assert {"base_issue", "base_example", "grpo_seed0"} <= set(r["passk"]["curves"])
+    assert {"base_issue", "base_example", "grpo_seed0", "sft_imperfect_ei_seed0"} <= set(
+        r["passk"]["curves"])  # fmt: skip
+    assert {("sft_imperfect_grpo", "sft_imperfect_ei"), ("sft_imperfect_ei", "sft_imperfect")} <= {
+        (c["a"], c["b"]) for c in r["comparisons"]}  # fmt: skip
     assert r["splits"]["test_guided_choice"] is None and r["holm"]["tests"] > 0
     assert "grpo seed 2" in r["not_run"]
     text = report.render(tmp_path)
