@@ -562,6 +562,34 @@ def per_problem(before: list[int], after: list[int], n: int) -> dict:
     }
 
 
+def test_protocol(args) -> str:
+    """The one protocol every arm scored on the test split follows, this benchmark's and
+    bench_real_lm_verifier.py's (they share the split, so their arms compare per problem):
+    the arms are compared, none is chosen on the test split."""
+    return (
+        f"LoRA r {args.lora_r}; every arm (bench_real_lm.py: rl, sft_rl, trl; "
+        "bench_real_lm_verifier.py: its arms) keeps the adapter with the best validation exact "
+        "sort and scores the test split once per run (greedy exact per problem, sampled replies "
+        "for pass@k); arms are compared per problem, none is chosen on the test split"
+    )
+
+
+def split_records(args) -> dict:
+    """{'validation': record, 'test': record} of the held-out split (``_common.split_record``),
+    the same for bench_real_lm_verifier.py, which scores its arms on it."""
+    validation, test = splits(args)
+    key = T.RealLMSortTask().prompt_key
+    out = {}
+    for name, prompts in (("validation", validation), ("test", test)):
+        out[name] = split_record(
+            f"bench_real_lm.py: the loop's held-out split, eval_seed {T.SPLIT_SEED}, "
+            f"{HELDOUT} prompts [{name}]", seed=T.SPLIT_SEED,
+            sizes={"prompts": HELDOUT, "keys": len(set(key(prompts).tolist()))},
+            key="multiset of the prompt's numbers (RealLMSortTask.prompt_key)",
+        )  # fmt: skip
+    return out
+
+
 def part_report(args) -> dict:
     base = json.loads((RUNS / "base.json").read_text())
     runs = {}
@@ -637,27 +665,9 @@ def part_report(args) -> dict:
 
         payload["trl"] = {"runs": trl_runs, "side_by_side": real_lm_trl.side_by_side(
             {"rl": runs.get("rl", []), TRL_ARM: trl_runs})}  # fmt: skip
-    validation, test = splits(args)
-    task = T.RealLMSortTask()
     payload["splits"] = {
-        "benchmark": "bench_real_lm.py",
-        "validation": split_record(
-            f"bench_real_lm.py: the loop's held-out split, eval_seed {T.SPLIT_SEED}, "
-            f"{HELDOUT} prompts [validation]", seed=T.SPLIT_SEED,
-            sizes={"prompts": HELDOUT, "keys": len(set(task.prompt_key(validation).tolist()))},
-            key="multiset of the prompt's numbers (RealLMSortTask.prompt_key)",
-        ),
-        "test": split_record(
-            f"bench_real_lm.py: the loop's held-out split, eval_seed {T.SPLIT_SEED}, "
-            f"{HELDOUT} prompts [test]", seed=T.SPLIT_SEED,
-            sizes={"prompts": HELDOUT, "keys": len(set(task.prompt_key(test).tolist()))},
-            key="multiset of the prompt's numbers (RealLMSortTask.prompt_key)",
-        ),
-        "test_scored_by": [
-            f"LoRA r {args.lora_r}; arms rl and sft_rl; the adapter with the best validation "
-            f"exact sort; greedy and n = {n} sampled replies"
-        ],
-        "test_guided_choice": None,
+        "benchmark": "bench_real_lm.py", **split_records(args),
+        "test_scored_by": [test_protocol(args)], "test_guided_choice": None,
     }  # fmt: skip
     payload["machine"] = machine()
     OUT.write_text(json.dumps(payload, indent=1) + "\n")

@@ -72,7 +72,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import _real_lm_verifier as V  # noqa: E402
 import bench_real_lm as B  # noqa: E402
-from _common import machine, output_dir, parse_args, split_record  # noqa: E402
+from _common import machine, output_dir, parse_args  # noqa: E402
 
 from pgrl_helpers.hf import real_lm_task as T  # noqa: E402
 from pgrl_helpers.paired_tests import holm  # noqa: E402
@@ -374,15 +374,10 @@ def part_report(args) -> dict:
         "n_samples": max((p["n"] for p in passk.values()), default=None),
         "passk": V.passk_section(passk) if passk else None,
         "not_run": missing,
-        "splits": {
-            "test": split_record(
-                f"bench_real_lm.py: the loop's held-out split, eval_seed "
-                f"{T.SPLIT_SEED}, {B.HELDOUT} prompts [test]",
-                seed=T.SPLIT_SEED,
-                sizes={"prompts": B.HELDOUT},
-                key="multiset of the prompt",
-            ),
-            "validation_prompts": int(validation.shape[0]),
+        "splits": {  # bench_real_lm's split and protocol: its arms compare per problem
+            "benchmark": "bench_real_lm_verifier.py",
+            **B.split_records(args),
+            "test_scored_by": [B.test_protocol(args)],
             "test_guided_choice": None,
         },  # fmt: skip
     }  # no "machine": the report measures nothing; each run records its own load
