@@ -47,6 +47,7 @@ from ._validate import (
 )
 from .masking import masked_mean
 from .models import transformer_trunk
+from .policy import remember_logits, reuse_logits
 
 
 def autoregressive_arguments(config) -> dict:
@@ -140,15 +141,23 @@ class AutoregressiveSortPolicy(nn.Module):
 
     def log_probs(self, prompts, responses):
         """Per-token log-probs float[batch, trial, pos] (padding slots too: mask them)."""
-        return compute_log_probs(self, prompts, responses)
+        logits = _response_logits(prompts, responses, self)
+        remember_logits(self, prompts, responses, logits)  # for the entropy asked next
+        return _log_probs_from_logits(logits, responses)
 
     def token_entropy(self, prompts, responses):
-        """Entropy (nats) at every response slot, float[batch, trial, pos]."""
-        return token_entropy(self, prompts, responses)
+        """Entropy (nats) at every response slot, float[batch, trial, pos].
+
+        From the forward pass of a ``log_probs`` call on the same tensors just before (the
+        loop's order), else from a pass of its own: the same numbers either way."""
+        logits = reuse_logits(self, prompts, responses)
+        if logits is None:
+            return token_entropy(self, prompts, responses)
+        return _entropy_from_logits(logits)
 
     def mean_entropy(self, prompts, responses, mask):
         """Mean entropy over the real response tokens (padding never counts)."""
-        return masked_mean(token_entropy(self, prompts, responses), mask)
+        return masked_mean(self.token_entropy(prompts, responses), mask)
 
     def greedy(self, prompts):
         """Greedy decoding, int64[batch, 1, pos] (switches to eval mode inside)."""
@@ -352,7 +361,12 @@ def compute_log_probs(model, prompts: torch.Tensor, responses: torch.Tensor) -> 
 
     Taught in notebook 08.
     """
-    log_probs = F.log_softmax(_response_logits(prompts, responses, model), dim=-1)
+    return _log_probs_from_logits(_response_logits(prompts, responses, model), responses)
+
+
+def _log_probs_from_logits(logits: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+    """[batch, trial, pos, vocab + 1] logits -> log-probs of the response tokens [batch, trial, pos]."""
+    log_probs = F.log_softmax(logits, dim=-1)
     return log_probs.gather(dim=-1, index=responses.long().unsqueeze(-1)).squeeze(-1)
 
 
@@ -361,7 +375,12 @@ def token_entropy(model, prompts: torch.Tensor, responses: torch.Tensor) -> torc
 
     Padding slots are included; average with the response mask.
     """
-    log_probs = F.log_softmax(_response_logits(prompts, responses, model), dim=-1)
+    return _entropy_from_logits(_response_logits(prompts, responses, model))
+
+
+def _entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """[..., vocab + 1] logits -> entropy (nats) over the last axis [...]."""
+    log_probs = F.log_softmax(logits, dim=-1)
     return -(log_probs.exp() * log_probs).sum(dim=-1)
 
 

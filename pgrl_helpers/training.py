@@ -354,6 +354,8 @@ def evaluate_greedy(policy, prompts: torch.Tensor, task) -> dict[str, float]:
 
     Returns {'exact_sort': fraction answered exactly (``task.exact``), 'mean_reward':
     mean ``task.reward`` of the greedy responses}.
+
+    Taught in notebook 07.
     """
     responses = policy.greedy(prompts)  # [batch, 1, pos]
     return {
