@@ -19,7 +19,7 @@ problem, the problems themselves carry evidence:
 
 Notebook 16 compares the real language model's two arms and the base model with them.
 
-Taught in notebook 16; also used in notebook 07.
+Taught in notebook 16; also used in notebooks 07, 08.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def holm(p_values: Sequence[float]) -> list[float]:
     """Holm-adjusted p-values, in the order given (reject comparison i at level alpha when its
     adjusted p <= alpha; the family is the len(p_values) comparisons made).
 
-    Taught in notebook 16; also used in notebook 07.
+    Taught in notebook 16; also used in notebooks 07, 08.
     """
     p = [float(x) for x in p_values]
     if any(not 0.0 <= x <= 1.0 for x in p):
