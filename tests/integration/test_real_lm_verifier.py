@@ -202,13 +202,10 @@ def test_an_expert_iteration_step_trains_on_the_kept_replies_and_skips_when_none
     assert any(bool(v.abs().sum() > 0) for k, v in B.lora_state(model).items() if "lora_B" in k)
 
 
-def test_expert_iteration_samples_exactly_what_the_rl_arm_samples(restore, tmp_path):
-    """At the benchmark's sizes (4 prompts x G = 8, the reply cap, temperature 1) the first
-    step of expert iteration draws the same prompts and the same replies as the rl arm's loop
-    for the same seed (the same generators), and every step the same number of token slots."""
-    calls = {"rl": [], "ei": []}
+def record_samples(restore, calls: dict, key: list) -> None:
+    """Wrap ``ChatLMPolicy.sample`` so each call appends (prompts, G, cap, temperature,
+    replies) to ``calls[key[0]]`` (the test switches ``key[0]`` between arms)."""
     sample = R.ChatLMPolicy.sample
-    key = ["rl"]
 
     def spy(self, prompts, num_samples, generator=None):
         out = sample(self, prompts, num_samples, generator)
@@ -217,6 +214,15 @@ def test_expert_iteration_samples_exactly_what_the_rl_arm_samples(restore, tmp_p
         return out
 
     restore.setattr(R.ChatLMPolicy, "sample", spy)
+
+
+def test_expert_iteration_samples_exactly_what_the_rl_arm_samples(restore, tmp_path):
+    """At the benchmark's sizes (4 prompts x G = 8, the reply cap, temperature 1) the first
+    step of expert iteration draws the same prompts and the same replies as the rl arm's loop
+    for the same seed (the same generators), and every step the same number of token slots."""
+    calls = {"rl": [], "ei": []}
+    key = ["rl"]
+    record_samples(restore, calls, key)
     B.HELDOUT = 8
     B.RUNS = tmp_path / "rl"
     B.run_part(B.build_args(part="run", arm="rl", seed=0, model="tiny", rl_steps=2, val_every=2,
@@ -280,16 +286,8 @@ def test_expert_iteration_after_sft_samples_what_grpo_after_sft_samples(restore,
     each of the same prompts-by-replies shape, cap and temperature, and on the first step (the
     same weights) the same prompts and the same replies."""
     calls = {"sft_imperfect_grpo": [], "sft_imperfect_ei": []}
-    sample = R.ChatLMPolicy.sample
     key = [None]
-
-    def spy(self, prompts, num_samples, generator=None):
-        out = sample(self, prompts, num_samples, generator)
-        calls[key[0]].append((prompts.clone(), num_samples, self.response_length,
-                              self.temperature, out[0].clone()))  # fmt: skip
-        return out
-
-    restore.setattr(R.ChatLMPolicy, "sample", spy)
+    record_samples(restore, calls, key)
     known_adapter(tmp_path / "known")
     B.HELDOUT = 8
     for arm in calls:
