@@ -178,12 +178,13 @@ def mode_comparisons(reproduction: dict, alpha: float = ALPHA) -> list[dict]:
         if rejected:
             higher = row["a"] if row["mean_difference"] > 0 else row["b"]
             row["verdict"] = f"{higher} ends higher, beyond seed noise"
-        elif row["smallest_possible_p"] >= threshold:
+        elif row["smallest_possible_p"] >= threshold:  # it could not reject, whatever the data
             row["verdict"] = (
-                "within seed noise (its smallest possible p is not below its threshold)"
+                f"undecided: {row['seeds_that_differ']} differing seeds cannot reach p < "
+                f"{threshold:.3g} (smallest possible p = {row['smallest_possible_p']:.3g})"
             )
         else:
-            row["verdict"] = "within seed noise"
+            row["verdict"] = f"no difference detected at {threshold:.3g} (p = {row['p_value']:.3g})"
     return rows
 
 
@@ -290,15 +291,13 @@ def tables(payload: dict) -> dict:
         "does not stops the rejections. Each test's floor: a seed where two modes end equal "
         "cannot move the test, so a pair whose final rewards differ on k seeds cannot give p "
         f"below 2/2^k (with all {n} seeds differing: {2 / 2**n:.3g}). Beyond seed noise after "
-        f"the correction: {', '.join(beyond) or 'none'}; {'the other ' if beyond else ''}"
-        f"{kept} {'pair is' if kept == 1 else 'pairs are'} within seed noise"
-        + (
-            f", and {len(unreachable)} of {'it' if kept == 1 else 'them'} could not have "
-            f"reached {'its' if kept == 1 else 'their'} threshold whatever the data"
-            if unreachable
-            else ""
-        )
-        + ". A mean that differs by less than the seed noise is no ranking."
+        f"the correction: {', '.join(beyond) or 'none'}; of the {'other ' if beyond else ''}"
+        f"{kept} {'pair' if kept == 1 else 'pairs'}, {len(unreachable)} "
+        f"{'is' if len(unreachable) == 1 else 'are'} undecided (the test's smallest possible p "
+        "is not below its threshold, so it could not reject whatever the data) and "
+        f"{kept - len(unreachable)} show no difference at their threshold"
+        + ". Neither kind of pair is ranked: an undecided test says nothing, and a difference "
+        "not detected is not evidence that the two modes are equal."
     )
     config, seeds = payload["config"], payload["seeds"]
     header = (

@@ -54,7 +54,7 @@ from _common import (
 )
 
 from pgrl_helpers.config import TrainConfig
-from pgrl_helpers.seed_stats import paired_permutation_p_value
+from pgrl_helpers.seed_stats import observed_floor, paired_permutation_p_value
 from pgrl_helpers.training import run_policy_gradient
 
 NAME = "ppo_vs_grpo"
@@ -360,17 +360,33 @@ def section(r: dict, results_dir=RESULTS_DIR) -> str:
         return f"{x:.0f}" if x > 1 else f"{x:.2f}"
 
     level = 0.05 / len(r["comparisons"])  # Bonferroni: every comparison at 5% / their number
+
+    def floor(c):  # the smallest p the test could give on these runs (seed_stats.observed_floor)
+        read = COMPARED[c["metric"]]
+        a, b = ([read(x, r["max_epochs"]) for x in r["runs"][m]] for m in (c["a"], c["b"]))
+        return observed_floor(a, b, paired=True)
+
+    def word(c):  # three cases: shown; undecided (the floor cannot reach the level); not detected
+        if c["p_value"] < level:
+            return " (exceeds seed noise)"
+        if floor(c) >= level:
+            return (
+                f" (undecided: its smallest possible p, {floor(c):.3g}, is not below {level:.4f})"
+            )
+        return f" (no difference detected at {level:.4f})"
+
     noise = [
         f"{c['a']} vs {c['b']}, {c['metric']}: means {fmt(c['mean_a'])} vs {fmt(c['mean_b'])}, "
-        f"exact paired p = {c['p_value']:.3f}"
-        + (" (exceeds seed noise)" if c["p_value"] < level else " (within seed noise)")
+        f"exact paired p = {c['p_value']:.3f}" + word(c)
         for c in r["comparisons"]
     ]
     exceed = sum(c["p_value"] < level for c in r["comparisons"])
+    undecided = sum(c["p_value"] >= level and floor(c) >= level for c in r["comparisons"])
     most = max(sum(x["reached"] for x in runs) for runs in r["runs"].values())
     verdict = (
         f"{exceed} of {len(noise)} differences exceed seed noise at the Bonferroni level "
-        f"0.05 / {len(noise)} = {level:.4f}."
+        f"0.05 / {len(noise)} = {level:.4f}; {undecided} of the {len(noise)} tests are "
+        "undecided: they could not reach that level whatever the runs did."
     )
     if exceed == 0:
         verdict += (f" With at most {most} of {seeds} seeds reaching the target per "

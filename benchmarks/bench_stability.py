@@ -13,9 +13,10 @@ batch).
 
 (default: all variants, bench_generalization's seeds); results are merged into
 ``<out>/stability.json`` by variant name and seed (a re-run seed replaces its old run; other
-seeds are kept), so more seeds can be added to decide a comparison that is within seed noise.
-Each run records the machine it ran on. Runs go ``os.cpu_count()`` at a time, so wall times
-are comparable between variants; CPU seconds are reported beside them.
+seeds are kept), so more seeds can be added to decide a comparison that is undecided (five
+paired seeds cannot give p below 2/2^5) or shows no difference. Each run records the
+machine it ran on. Runs go ``os.cpu_count()`` at a time, so wall times are comparable between
+variants; CPU seconds are reported beside them.
 """
 
 from __future__ import annotations
@@ -181,9 +182,10 @@ def add_options(parser) -> None:
 
 def section(r: dict, results_dir=RESULTS_DIR) -> str:
     """The table, where and when each seed ran, and every comparison with
-    ``seed_stats.compare_seeds`` (medians, worst seed, exact p; "within seed noise" when
-    p >= 0.05), paired seed by seed on the seeds both variants ran: seed k of every variant
-    starts from the same weights and prompts."""
+    ``seed_stats.compare_seeds`` (medians, worst seed, exact p; "undecided" when the test's
+    smallest possible p is not below 0.05, else "no difference detected" when p >= 0.05),
+    paired seed by seed on the seeds both variants ran: seed k of every variant starts from the
+    same weights and prompts."""
     from pgrl_helpers.seed_stats import compare_seeds, format_comparison, pair_by_seed
 
     variants, base, after = r["variants"], r["before"], r["after"]

@@ -13,6 +13,12 @@ per-seed results, one for each design:
   difference carried by one seed "significant" (the shared seed-to-seed spread is counted as
   noise in one direction only) or miss one that every seed shows.
 
+A test whose smallest possible p (``p_value_floor`` for a design, ``observed_floor`` for the
+values at hand: ties raise it) is not below the level decides nothing whatever the data, so
+``compare_seeds`` calls it "undecided" and prints that floor; "no difference detected" is kept
+for a test that could have rejected and did not (review r5, MAJOR 16-3: the old verdict "within
+seed noise" was fixed before any data for 3- and 5-seed comparisons).
+
 ``compare_seeds(..., paired=...)`` is the one entry point a notebook or benchmark calls;
 ``tests/repo/test_paired_comparisons.py`` fails when a call site does not say which design it
 uses.
@@ -133,6 +139,52 @@ def paired_permutation_p_value(a: list[float], b: list[float]) -> float:
     return hits / 2 ** len(diffs)
 
 
+def p_value_floor(n_a: int, n_b: int, *, paired: bool) -> float:
+    """The smallest p the exact test of ``compare_seeds`` can return with these numbers of seeds,
+    whatever the values: the observed arrangement is always one of those counted.
+
+    * paired (n_a = n_b = n pairs): 2/2^n, the observed sign pattern and its mirror image
+      (n = 3: 0.25, n = 5: 0.0625, n = 10: 0.00195);
+    * unpaired: 1/C(n_a + n_b, n_a), or 2/C(2n, n) when n_a = n_b = n because swapping the two
+      groups gives the same |mean difference| (3 vs 3: 0.1, 5 vs 5: 0.00794, 2 vs 3: 0.1).
+
+    When floor >= alpha the test cannot reject at alpha, so its verdict decides nothing.
+    Raises ValueError when a count is below 1, or when paired and n_a != n_b."""
+    for name, n in (("n_a", n_a), ("n_b", n_b)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {n!r}")
+    check_bool(paired, "paired")
+    if paired:
+        if n_a != n_b:
+            raise ValueError(f"a paired design has n_a = n_b, got {n_a} and {n_b}")
+        return min(1.0, 2 / 2**n_a)
+    return (2 if n_a == n_b else 1) / math.comb(n_a + n_b, n_a)
+
+
+def observed_floor(a: list[float], b: list[float], *, paired: bool) -> float:
+    """The smallest p the exact test can give on these values, however they had fallen: the
+    p-value of the most extreme arrangement of them. Permutation tests are conditional on the
+    values, so ties raise it above the design's ``p_value_floor``:
+
+    * paired: the sign-flip p of the differences |d_k| all with one sign, 2/2^k where k pairs
+      differ (a pair with d_k = 0 adds the same to every signed sum: 10 pairs of which 4 differ
+      cannot give p below 2/16 = 0.125); 1 when no pair differs;
+    * unpaired: the permutation p of the pooled values split into the largest and the smallest
+      ones (the largest |mean difference|); 2/C(2n, n) or 1/C(n_a + n_b, n_a) without ties.
+
+    a, b: as in ``compare_seeds``. Same checks and limits as the two p-value functions."""
+    check_bool(paired, "paired")
+    if paired:
+        diffs = _check_pairs(a, b)
+        return paired_permutation_p_value([abs(d) for d in diffs], [0.0] * len(diffs))
+    _check_values(a, b)
+    pooled, n = sorted(float(v) for v in list(a) + list(b)), len(a)
+    top = (pooled[-n:], pooled[:-n])  # a holds the n largest values
+    bottom = (pooled[:n], pooled[n:])  # a holds the n smallest
+    spread = [abs(statistics.fmean(x) - statistics.fmean(y)) for x, y in (top, bottom)]
+    return permutation_p_value(*(top if spread[0] >= spread[1] else bottom))
+
+
 def compare_seeds(
     a: list[float],
     b: list[float],
@@ -145,8 +197,19 @@ def compare_seeds(
 ) -> dict:
     """The one way a notebook or benchmark ranks two methods measured over seeds: medians,
     worst seed of each (the minimum if higher is better, else the maximum), the exact
-    permutation p-value of the mean difference, and a verdict that says "within seed noise"
-    when p >= alpha. Returns a dict (with ``"paired": True`` added for a paired comparison);
+    permutation p-value of the mean difference, the smallest p the test could give on these
+    values (``observed_floor``: the design's ``p_value_floor``, or more with ties) and a verdict
+    with three cases:
+
+    * p < alpha: "<the better one> better (p < alpha)";
+    * floor >= alpha: "undecided: 5 paired seeds cannot reach p < 0.05 (smallest possible
+      p = 0.0625)" -- the test could not reject however the values fell, so it decides nothing
+      ("10 paired seeds (4 differ)" or "3 vs 4 seeds (tied values)" when ties set the floor);
+    * otherwise: "no difference detected at 0.05 (p = 0.311)": the test could have rejected
+      and did not (which is not evidence that the methods are equal).
+
+    Returns a dict with the keys name_a, name_b, n_a, n_b, median_a, median_b, worst_a,
+    worst_b, p_value, floor, verdict (and ``"paired": True`` for a paired comparison);
     ``format_comparison`` turns it into one line.
 
     a, b: one value per seed, e.g. test exact-sort per seed, [seeds]. The better method is the
@@ -166,11 +229,21 @@ def compare_seeds(
     worst = min if higher_is_better else max
     p = paired_permutation_p_value(a, b) if paired else permutation_p_value(a, b)
     med_a, med_b = statistics.median(a), statistics.median(b)
-    if p >= alpha:
-        verdict = "within seed noise"
-    else:
+    floor = observed_floor(a, b, paired=paired)
+    if p < alpha:
         a_better = (statistics.fmean(a) > statistics.fmean(b)) == higher_is_better
         verdict = f"{name_a if a_better else name_b} better (p < {alpha})"
+    elif floor >= alpha:
+        if paired:
+            differ = sum(x != y for x, y in zip(a, b))
+            verb = "differs" if differ == 1 else "differ"
+            seeds = f"{len(a)} paired seeds" + (f" ({differ} {verb})" if differ < len(a) else "")
+        else:
+            ties = floor > p_value_floor(len(a), len(b), paired=False) * (1 + 1e-9)
+            seeds = f"{len(a)} vs {len(b)} seeds" + (" (tied values)" if ties else "")
+        verdict = f"undecided: {seeds} cannot reach p < {alpha} (smallest possible p = {floor:.3g})"
+    else:
+        verdict = f"no difference detected at {alpha} (p = {p:.3g})"
     return {
         "name_a": name_a,
         "name_b": name_b,
@@ -181,9 +254,36 @@ def compare_seeds(
         "worst_a": worst(a),
         "worst_b": worst(b),
         "p_value": p,
+        "floor": floor,
         "verdict": verdict,
         **({"paired": True} if paired else {}),
     }
+
+
+LEGACY_VERDICT = "within seed noise"
+"""The verdict ``compare_seeds`` gave for every p >= alpha before it named the floor; results files
+written then still hold it (and no ``floor`` key)."""
+
+
+def matches_stored(fresh: dict, stored: dict) -> bool:
+    """Whether ``stored``, a ``compare_seeds`` result read from a results file, is ``fresh``, the
+    result this version computes from the same values: every key equal, except that a record
+    written before the verdict named the floor (it has no ``floor`` key) may hold
+    ``LEGACY_VERDICT`` where this version says "undecided: ..." or "no difference detected ...".
+    A stored "better" verdict, p-value, median or name must match exactly.
+
+    Taught in notebook 15."""
+    if "floor" in stored:
+        return stored == fresh
+    if set(stored) != set(fresh) - {"floor"}:
+        return False
+    for key, value in stored.items():
+        if key == "verdict" and value == LEGACY_VERDICT:
+            if not fresh[key].startswith(("undecided", "no difference detected")):
+                return False
+        elif value != fresh[key]:
+            return False
+    return True
 
 
 def format_comparison(result: dict, digits: int = 3) -> str:

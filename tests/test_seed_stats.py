@@ -74,15 +74,72 @@ def check_verdicts(compare_fn):
     assert compare_fn(good, bad, "A", "B", higher_is_better=False)["verdict"] == (
         "B better (p < 0.05)"
     )
-    # Every seed of A above every seed of B, but only three seeds each: p = 0.1.
-    assert compare_fn([5, 6, 7], [1, 2, 3], "A", "B")["verdict"] == "within seed noise"
-    # p exactly at alpha is not significant: one extreme seed against 19 others, p = 1/20.
+    # Every seed of A above every seed of B, but only three seeds each: p = 0.1, which is the
+    # smallest p that 3 vs 3 seeds can give: the test decides nothing, and says so.
+    assert compare_fn([5, 6, 7], [1, 2, 3], "A", "B")["verdict"] == (
+        "undecided: 3 vs 3 seeds cannot reach p < 0.05 (smallest possible p = 0.1)"
+    )
+    # A floor exactly at alpha cannot reject either: one seed against 19 others, p >= 1/20.
     result = compare_fn([100.0], [float(v) for v in range(19)], "A", "B")
     assert result["p_value"] == pytest.approx(0.05, abs=1e-15)
-    assert result["verdict"] == "within seed noise"
+    assert result["verdict"] == (
+        "undecided: 1 vs 19 seeds cannot reach p < 0.05 (smallest possible p = 0.05)"
+    )
     assert compare_fn([100.0], [float(v) for v in range(19)], "A", "B", alpha=0.051)["verdict"] == (
         "A better (p < 0.051)"
     )
+    # Five seeds each can reach 0.05 (floor 2/252): a p above alpha is "no difference detected".
+    overlap = compare_fn([0.5, 0.7, 0.6, 0.9, 0.4], [0.6, 0.5, 0.8, 0.4, 0.7], "A", "B")
+    assert overlap["p_value"] == pytest.approx(reference_p([0.5, 0.7, 0.6, 0.9, 0.4],
+                                                           [0.6, 0.5, 0.8, 0.4, 0.7]))  # fmt: skip
+    assert overlap["verdict"] == f"no difference detected at 0.05 (p = {overlap['p_value']:.3g})"
+    # p exactly at alpha (above the floor) is not significant: 4 pairs, d = [1, 1, 1, -1] has
+    # |sum| >= 2 in 10 of the 16 sign patterns, p = 0.625; the floor is 2/16.
+    at = compare_fn([1.0, 1.0, 1.0, -1.0], [0.0] * 4, "A", "B", alpha=0.625, paired=True)
+    assert (at["p_value"], at["floor"]) == (0.625, 0.125)
+    assert at["verdict"] == "no difference detected at 0.625 (p = 0.625)"
+    above = compare_fn([1.0, 1.0, 1.0, -1.0], [0.0] * 4, "A", "B", alpha=0.63, paired=True)
+    assert above["verdict"] == "A better (p < 0.63)"
+    # Five pairs, every one in the same direction: p = 2/32 is the floor, so undecided.
+    five = compare_fn([1.1, 2.3, 3.2, 4.9, 5.4], [1.0, 2.0, 3.0, 4.0, 5.0], "A", "B", paired=True)
+    assert five["verdict"] == (
+        "undecided: 5 paired seeds cannot reach p < 0.05 (smallest possible p = 0.0625)"
+    )
+    # Undecided is a property of the design, not of the data: p = 0.75 with 3 pairs is too.
+    mixed = compare_fn([3.0, 1.0, -1.0], [0.0] * 3, "A", "B", paired=True)
+    assert mixed["p_value"] == 0.75 and mixed["verdict"] == (
+        "undecided: 3 paired seeds cannot reach p < 0.05 (smallest possible p = 0.25)"
+    )
+
+
+def check_floors(floor_fn):
+    """The smallest p of each design, by hand, and as the p of fully separated data."""
+    assert floor_fn(3, 3, paired=True) == 0.25  # 2/2^3
+    assert floor_fn(5, 5, paired=True) == 2 / 32
+    assert floor_fn(10, 10, paired=True) == 2 / 1024
+    assert floor_fn(1, 1, paired=True) == 1.0  # +d and -d
+    assert floor_fn(3, 3, paired=False) == pytest.approx(2 / 20, abs=1e-15)  # swap = same |diff|
+    assert floor_fn(5, 5, paired=False) == pytest.approx(2 / 252, abs=1e-15)
+    assert floor_fn(2, 3, paired=False) == pytest.approx(1 / 10, abs=1e-15)  # no mirror split
+    assert floor_fn(1, 19, paired=False) == pytest.approx(1 / 20, abs=1e-15)
+    for n_a, n_b in [(1, 2), (2, 2), (2, 4), (3, 3), (3, 5), (4, 4)]:
+        top = [100.0 + i for i in range(n_a)]
+        low = [float(i) for i in range(n_b)]
+        assert permutation_p_value(top, low) == pytest.approx(
+            floor_fn(n_a, n_b, paired=False), abs=1e-15
+        ), (n_a, n_b)
+    for n in range(1, 8):
+        up = [float(i) + 1 + i / 10 for i in range(n)]
+        assert paired_permutation_p_value(up, [float(i) for i in range(n)]) == pytest.approx(
+            floor_fn(n, n, paired=True), abs=1e-15
+        ), n
+    rng = random.Random(2)
+    for _ in range(30):  # never below the floor
+        n_a, n_b = rng.randint(1, 5), rng.randint(1, 5)
+        a = [round(rng.gauss(0.6, 0.2), 3) for _ in range(n_a)]
+        b = [round(rng.gauss(0.5, 0.2), 3) for _ in range(n_b)]
+        assert permutation_p_value(a, b) >= floor_fn(n_a, n_b, paired=False) - 1e-15
+        assert paired_permutation_p_value(a, a[::-1]) >= floor_fn(n_a, n_a, paired=True) - 1e-15
 
 
 # ------------------------------------------------------------------ the real module passes
@@ -99,6 +156,128 @@ def test_worst_seed_follows_the_direction():
 
 def test_verdicts():
     check_verdicts(compare_seeds)
+
+
+def test_floors():
+    check_floors(seed_stats.p_value_floor)
+    result = compare_seeds([5, 6, 7], [1, 2, 3])
+    assert result["floor"] == pytest.approx(0.1, abs=1e-15)
+    assert compare_seeds([5, 6, 7], [1, 2, 3], paired=True)["floor"] == 0.25
+
+
+def brute_force_floor(a, b, paired):
+    """The smallest p over every arrangement of the values: every sign pattern of the pairs'
+    differences, or every split of the pooled values into groups of len(a) and len(b)."""
+    if paired:
+        diffs = [x - y for x, y in zip(a, b)]
+        return min(
+            paired_permutation_p_value([s * d for s, d in zip(signs, diffs)], [0.0] * len(diffs))
+            for signs in itertools.product((1, -1), repeat=len(diffs))
+        )
+    pooled = list(a) + list(b)
+    return min(
+        permutation_p_value(
+            [pooled[i] for i in chosen], [pooled[i] for i in range(len(pooled)) if i not in chosen]
+        )
+        for chosen in itertools.combinations(range(len(pooled)), len(a))
+    )
+
+
+def check_observed_floors(floor_fn):
+    # ties raise the floor: 10 pairs of which 4 differ cannot go below 2/2^4
+    a, b = [3.0, 3.0, 3.0, 3.0, 3.0, 3.0, 2.0, 4.0, 2.0, 4.0], [3.0] * 6 + [3.0, 3.0, 3.0, 3.0]
+    assert floor_fn(a, b, paired=True) == 2 / 16
+    assert floor_fn([1.0, 2.0], [1.0, 2.0], paired=True) == 1.0  # no pair differs
+    assert floor_fn([0.0, 0.0, 1.0], [0.0, 1.0, 1.0], paired=False) == pytest.approx(
+        brute_force_floor([0.0, 0.0, 1.0], [0.0, 1.0, 1.0], False), abs=1e-15
+    )
+    rng = random.Random(3)
+    for _ in range(40):
+        n_a = rng.randint(1, 4)
+        n_b = n_a if rng.random() < 0.5 else rng.randint(1, 4)
+        a = [float(rng.randint(0, 2)) for _ in range(n_a)]  # few values: many ties
+        b = [float(rng.randint(0, 2)) for _ in range(n_b)]
+        assert floor_fn(a, b, paired=False) == pytest.approx(
+            brute_force_floor(a, b, False), abs=1e-15
+        ), (a, b)
+        if n_a == n_b:
+            assert floor_fn(a, b, paired=True) == pytest.approx(
+                brute_force_floor(a, b, True), abs=1e-15
+            ), (a, b)
+        # continuous values: the design's floor
+        x = [rng.random() for _ in range(n_a)]
+        y = [rng.random() for _ in range(n_b)]
+        assert floor_fn(x, y, paired=False) == pytest.approx(
+            seed_stats.p_value_floor(n_a, n_b, paired=False), abs=1e-15
+        )
+
+
+def test_observed_floors():
+    check_observed_floors(seed_stats.observed_floor)
+    # compare_seeds reports it, and ties can make a ten-seed test undecided
+    a, b = [3.0] * 6 + [2.0, 4.0, 2.0, 4.0], [3.0] * 10
+    result = compare_seeds(a, b, "A", "B", paired=True)
+    assert (result["p_value"], result["floor"]) == (1.0, 2 / 16)
+    assert result["verdict"] == (
+        "undecided: 10 paired seeds (4 differ) cannot reach p < 0.05 (smallest possible p = 0.125)"
+    )
+    one = compare_seeds([1.0, 0.0, 0.0], [0.0, 0.0, 0.0], "A", "B", paired=True)
+    assert one["verdict"] == (
+        "undecided: 3 paired seeds (1 differs) cannot reach p < 0.05 (smallest possible p = 1)"
+    )
+    tied = compare_seeds([1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0], "A", "B")
+    # three 1s and five 0s: a takes the three 1s and a 0 (5 splits) or four 0s (5, as extreme)
+    assert tied["floor"] == pytest.approx(10 / 70, abs=1e-15)
+    assert tied["verdict"] == (
+        "undecided: 4 vs 4 seeds (tied values) cannot reach p < 0.05 (smallest possible p = 0.143)"
+    )
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        # the design's floor, ignoring ties
+        lambda a, b, *, paired: seed_stats.p_value_floor(len(a), len(b), paired=paired),
+        # the arrangement with the largest sum in a only (misses the other extreme)
+        lambda a, b, *, paired: (
+            seed_stats.observed_floor(a, b, paired=True)
+            if paired
+            else permutation_p_value(
+                sorted(a + b)[-len(a) :], sorted(a + b)[: -len(a)] if len(a) < len(a + b) else []
+            )
+            if len(b)
+            else 1.0
+        ),
+    ],
+    ids=["ignores_ties", "one_extreme_only"],
+)
+def test_planted_observed_floor_faults_are_caught(planted):
+    with pytest.raises(AssertionError):
+        check_observed_floors(planted)
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [((0, 3, False), "n_a must be"), ((3, 0, False), "n_b must be"), ((3, 4, True), "n_a = n_b"),
+     ((2.0, 2, False), "n_a must be"), ((2, 2, 1), "paired")],
+)  # fmt: skip
+def test_floor_bad_input_is_a_clear_error(args, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        seed_stats.p_value_floor(args[0], args[1], paired=args[2])
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        lambda n_a, n_b, *, paired: 1 / 2**n_a if paired else 2 / math.comb(n_a + n_b, n_a),
+        lambda n_a, n_b, *, paired: 2 / 2**n_a if paired else 1 / math.comb(n_a + n_b, n_a),
+        lambda n_a, n_b, *, paired: 2 / 2**n_a if paired else 2 / math.comb(n_a + n_b, n_a),
+    ],
+    ids=["paired_without_mirror", "unpaired_without_mirror", "unpaired_mirror_always"],
+)
+def test_planted_floor_faults_are_caught(planted):
+    with pytest.raises(AssertionError):
+        check_floors(planted)
 
 
 def test_counts_and_names_are_reported():
@@ -206,8 +385,8 @@ def test_planted_p_value_faults_are_caught(planted):
 
 
 def _compare_with(**changes):
-    def compare(a, b, name_a="a", name_b="b", higher_is_better=True, alpha=0.05):
-        result = compare_seeds(a, b, name_a, name_b, higher_is_better, alpha)
+    def compare(a, b, name_a="a", name_b="b", higher_is_better=True, alpha=0.05, *, paired=False):
+        result = compare_seeds(a, b, name_a, name_b, higher_is_better, alpha, paired=paired)
         for key, fn in changes.items():
             result[key] = fn(a, b, name_a, name_b, higher_is_better, alpha, result)
         return result
@@ -234,18 +413,43 @@ def test_planted_worst_seed_fault_is_caught():
         ),
         # Calls p == alpha significant.
         lambda a, b, na, nb, hib, al, r: (
-            "within seed noise"
+            r["verdict"]
             if r["p_value"] > al
             else f"{na if (statistics.mean(a) > statistics.mean(b)) == hib else nb} better (p < {al})"
         ),
         # Ignores the direction.
         lambda a, b, na, nb, hib, al, r: (
-            "within seed noise"
+            r["verdict"]
             if r["p_value"] >= al
             else f"{na if statistics.mean(a) > statistics.mean(b) else nb} better (p < {al})"
         ),
+        # The old verdict: "within seed noise" whenever p >= alpha, floor or not (MAJOR 16-3).
+        lambda a, b, na, nb, hib, al, r: (
+            "within seed noise"
+            if r["p_value"] >= al
+            else f"{na if (statistics.mean(a) > statistics.mean(b)) == hib else nb} better (p < {al})"
+        ),
+        # Calls a test undecided only when p equals its floor (the data, not the design).
+        lambda a, b, na, nb, hib, al, r: (
+            f"no difference detected at {al} (p = {r['p_value']:.3g})"
+            if r["p_value"] >= al and r["p_value"] > r["floor"] + 1e-12
+            else r["verdict"]
+        ),
+        # Undecided only when the floor is strictly above alpha (a floor at alpha cannot reject).
+        lambda a, b, na, nb, hib, al, r: (
+            f"no difference detected at {al} (p = {r['p_value']:.3g})"
+            if r["p_value"] >= al and r["floor"] == pytest.approx(al)
+            else r["verdict"]
+        ),
     ],
-    ids=["ignores_p", "p_equal_alpha_significant", "ignores_direction"],
+    ids=[
+        "ignores_p",
+        "p_equal_alpha_significant",
+        "ignores_direction",
+        "old_within_seed_noise",
+        "undecided_only_at_the_floor",
+        "floor_at_alpha_decides",
+    ],
 )
 def test_planted_verdict_faults_are_caught(verdict_fn):
     with pytest.raises(AssertionError):
@@ -332,7 +536,10 @@ def test_unpaired_test_on_paired_data_gives_another_answer():
         pytest.approx(2 / 252),
         "A better (p < 0.05)",
     )
-    assert (paired["p_value"], paired["verdict"]) == (pytest.approx(2 / 32), "within seed noise")
+    assert (paired["p_value"], paired["verdict"]) == (
+        pytest.approx(2 / 32),
+        "undecided: 5 paired seeds cannot reach p < 0.05 (smallest possible p = 0.0625)",
+    )
     assert paired["paired"] is True and "paired" not in unpaired
 
 
@@ -361,7 +568,8 @@ def test_format_names_the_paired_test():
     )
     assert format_comparison(result) == (
         "A: median 0.900, worst 0.800 (5 seeds) | B: median 0.200, worst 0.100 (5 seeds)"
-        " | exact paired sign-flip p = 0.062 -> within seed noise"
+        " | exact paired sign-flip p = 0.062 -> undecided: 5 paired seeds cannot reach"
+        " p < 0.05 (smallest possible p = 0.0625)"
     )
 
 
@@ -425,3 +633,49 @@ def test_pair_by_seed_keeps_the_shared_seeds_in_order():
     assert (seeds, a, b) == ([0, 7], [0.0, 0.7], [1.0, 1.7])
     with pytest.raises(ValueError, match="share no seed"):
         pair_by_seed({0: 1.0}, {1: 1.0})
+
+
+# ------------------------------------------------------------------ records in results files
+
+
+def check_matches_stored(match_fn):
+    fresh = compare_seeds([1.1, 2.3, 3.2, 4.9, 5.4], [1.0, 2.0, 3.0, 4.0, 5.0], paired=True)
+    assert fresh["verdict"].startswith("undecided")
+    assert match_fn(fresh, dict(fresh))
+    legacy = {k: v for k, v in fresh.items() if k != "floor"} | {"verdict": "within seed noise"}
+    assert match_fn(fresh, legacy)  # a record written before the verdict named its floor
+    assert not match_fn(fresh, legacy | {"p_value": 0.125})  # any other key must still match
+    assert not match_fn(fresh, legacy | {"median_a": 0.0})
+    assert not match_fn(
+        fresh, dict(fresh) | {"verdict": "within seed noise"}
+    )  # new record, old words
+    del legacy["worst_b"]
+    assert not match_fn(fresh, legacy)  # a key missing
+    better = compare_seeds(
+        [float(v) + 1 for v in range(10)], [float(v) for v in range(10)], paired=True
+    )
+    old_better = {k: v for k, v in better.items() if k != "floor"}
+    assert match_fn(better, old_better)
+    # a legacy "within seed noise" cannot stand for a result that now rejects
+    assert not match_fn(better, old_better | {"verdict": "within seed noise"})
+
+
+def test_matches_stored():
+    check_matches_stored(seed_stats.matches_stored)
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        lambda fresh, stored: all(fresh[k] == v for k, v in stored.items() if k != "verdict"),
+        lambda fresh, stored: (
+            {k: v for k, v in fresh.items() if k not in ("floor", "verdict")}
+            == {k: v for k, v in stored.items() if k != "verdict"}
+        ),
+        lambda fresh, stored: stored == fresh,
+    ],
+    ids=["ignores_the_verdict_and_missing_keys", "ignores_the_verdict", "exact_only"],
+)
+def test_planted_matches_stored_faults_are_caught(planted):
+    with pytest.raises(AssertionError):
+        check_matches_stored(planted)

@@ -76,3 +76,35 @@ def test_comparisons_cover_every_pair_and_count_a_miss_as_the_budget():
 def test_permutation_p_value_refuses_an_empty_group():
     with pytest.raises(ValueError, match=r"^a and b need at least one value each, got 0 and 2$"):
         permutation_p_value([], [0.1, 0.2])
+
+
+def test_section_words_each_difference_by_what_its_test_can_show():
+    """Three cases, at the Bonferroni level: "exceeds seed noise"; "undecided" when the test's
+    smallest possible p (``seed_stats.observed_floor``, ties included) is not below the level;
+    "no difference detected" otherwise. Never the old "(within seed noise)"."""
+    import copy
+
+    import _common
+
+    stored = _common.load(bench.NAME)
+    text = bench.section(stored)
+    assert "(within seed noise)" not in text
+    assert text.count("(undecided: its smallest possible p") == 6  # five seeds: floor >= 2/32
+    payload = copy.deepcopy(stored)  # ten seeds, the test exact set by hand
+    tests = {
+        "PPO + GAE": [1.0] * 10,
+        "GRPO": [0.0] * 10,
+        "RLOO": [0.5 if i % 2 else -0.4 for i in range(10)],
+    }
+    for name, values in tests.items():
+        runs = [dict(x, seed=i) for i, x in enumerate(payload["runs"][name] * 2)]
+        payload["runs"][name] = [dict(x, test_exact=v) for x, v in zip(runs, values)]
+    payload["seeds"] = list(range(10))
+    payload["comparisons"] = bench.comparisons(payload["runs"], payload["max_epochs"])
+    lines = {line.split(": means")[0]: line for line in bench.section(payload).splitlines()}
+    assert lines["- PPO + GAE vs GRPO, test exact"].endswith("(exceeds seed noise)")
+    assert lines["- GRPO vs RLOO, test exact"].endswith("(no difference detected at 0.0083)")
+    assert (
+        "(undecided: its smallest possible p, 0.5,"
+        in lines["- PPO + GAE vs GRPO, responses to target"]
+    )

@@ -119,3 +119,49 @@ def test_collapse_section_states_the_floor_of_five_paired_seeds():
     for c in more["comparisons"].values():
         c["n_a"] = c["n_b"] = 10  # ten paired seeds can reach 0.05: no such sentence
     assert "cannot go below" not in bench_collapse.section(more)
+
+
+def check_mode_verdicts(comparisons_fn):
+    """The three verdicts of the Holm-corrected mode comparisons: rejected ("ends higher"),
+    undecided (the test's floor 2/2^k is not below its Holm threshold), and no difference
+    detected (it could have rejected and did not); never the old "within seed noise"."""
+
+    def runs(values):
+        return {"runs": [{"seed": s, "final_mean_reward": v} for s, v in enumerate(values)]}
+
+    ten = [float(v) for v in range(10)]
+    reproduction = {
+        "low": runs(ten),
+        "high": runs([v + 1 for v in ten]),  # above "low" on every seed: p = 2/1024
+        "tied": runs([v + (1 if i < 3 else 0) for i, v in enumerate(ten)]),  # 3 seeds differ
+        "mixed": runs([v + (0.5 if i % 2 else -0.4) for i, v in enumerate(ten)]),
+    }
+    rows = {(r["a"], r["b"]): r for r in comparisons_fn(reproduction)}
+    assert rows["low", "high"]["rejected"]
+    assert rows["low", "high"]["verdict"] == "high ends higher, beyond seed noise"
+    tied = rows["low", "tied"]
+    assert not tied["rejected"] and tied["smallest_possible_p"] == 2 / 2**3
+    assert tied["verdict"].startswith("undecided: 3 differing seeds cannot reach p < ")
+    assert tied["verdict"].endswith("(smallest possible p = 0.25)")
+    mixed = rows["low", "mixed"]  # all ten differ: floor 2/1024, below every Holm threshold
+    assert not mixed["rejected"] and mixed["smallest_possible_p"] < mixed["holm_threshold"]
+    assert mixed["verdict"] == (
+        f"no difference detected at {mixed['holm_threshold']:.3g} (p = {mixed['p_value']:.3g})"
+    )
+    assert not any("within seed noise" in r["verdict"] for r in rows.values())
+
+
+def test_mode_comparison_verdicts_name_the_floor():
+    check_mode_verdicts(ablation.mode_comparisons)
+
+
+def test_planted_old_mode_verdict_is_caught():
+    def old(reproduction):  # the verdicts before the floor was named
+        rows = ablation.mode_comparisons(reproduction)
+        for row in rows:
+            if not row["rejected"]:
+                row["verdict"] = "within seed noise"
+        return rows
+
+    with pytest.raises(AssertionError):
+        check_mode_verdicts(old)

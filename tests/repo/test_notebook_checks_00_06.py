@@ -302,15 +302,26 @@ def test_nb05_beta_keeps_the_policy_near_its_reference(kl_beta):
     assert mean_entropy[high] > mean_entropy[low], "the penalty keeps entropy up"
 
 
-def test_nb05_small_beta_exact_sort_gain_is_within_seed_noise(kl_beta):
-    # Notebook 05 says beta = 0.03's higher held-out exact-sort is within seed noise.
+def test_nb05_small_beta_exact_sort_gain_is_undecided(kl_beta):
+    # Notebook 05 says three paired seeds cannot decide beta = 0.03's higher held-out
+    # exact-sort: the sign-flip test's floor (2/2^3, or 0.5 with one seed tied) is above 0.05.
     bench, by_beta = kl_beta
     small = sorted(b for b in bench["betas"] if b > 0)[0]
+    assert [r["seed"] for r in by_beta[small]] == [r["seed"] for r in by_beta[0.0]]
     result = compare_seeds(
         [r["validation_exact_sort"] for r in by_beta[small]],
         [r["validation_exact_sort"] for r in by_beta[0.0]],
+        paired=True,
     )
-    assert result["verdict"] == "within seed noise"
+    assert result["floor"] >= 2 / 2**3 and result["verdict"].startswith("undecided")
+    nb = json.loads((ROOT / "notebooks" / "05_kl_estimator.ipynb").read_text())
+    text = "".join(
+        "".join(o.get("text", ""))
+        for c in nb["cells"]
+        if c["cell_type"] == "code"
+        for o in c["outputs"]
+    )
+    assert f"-> {result['verdict']}" in text and "within seed noise" not in text
 
 
 def test_nb05_placement_table_has_the_rollout_fixed_k1_the_prose_quotes():
