@@ -21,8 +21,11 @@ validation (``Picker``). Nothing here reads the test split.
   ``bench_real_lm.run_sft``.
 * ``run_grpo``: ``bench_real_lm``'s GRPO recipe (our loop, ``ChatLMPolicy``, its reward) from
   whatever adapter the model holds.
+* ``collect``: copy finished run files from the folder a run machine wrote them to into the
+  results folder, their folders re-recorded relative to the repository (``where``).
 * ``summarize`` / ``load_runs``: the report's line per finished run (bench_real_lm's rl runs
-  and this script's), each checked to be scored on the report's test split (``same_test``).
+  and this script's), each checked to be scored on the report's test split (``same_test``) and
+  all at one reply cap (the rl runs of another cap are refused).
 * ``choose_rate`` (a learning rate picked on validation only), ``paired`` (McNemar's exact test
   per seed, the bootstrap over seeds and problems, the sign-flip test over seeds with its floor:
   ``pgrl_helpers.paired_tests`` and ``seed_stats``), ``passk_section`` (problems gained and lost
@@ -304,6 +307,45 @@ def run_grpo(model, tokenizer, args, seed, template, picker, validation, test) -
 # ----------------------------------------------------------------------------- the report
 
 
+#: The keys of a run file that name a folder (an adapter, a runs folder).
+PATH_KEYS = ("adapter", "init_adapter", "save_adapter", "grpo_runs", "out_dir")
+NOT_COMMITTED = "not committed (adapter on the running machine: {})"
+
+
+def where(path):
+    """``path`` as a results file records it: relative to the repository when it lies inside,
+    else ``NOT_COMMITTED`` with its last folder's name (a run machine's folder is never
+    recorded); None and relative paths unchanged."""
+    if not isinstance(path, str) or not Path(path).is_absolute():
+        return path
+    inside = B.rel(path)
+    return inside if not Path(inside).is_absolute() else NOT_COMMITTED.format(Path(path).name)
+
+
+def rerecord(record):
+    """A copy of a run file's record with every folder of ``PATH_KEYS`` re-recorded by
+    ``where`` (at any depth); every other value unchanged."""
+    if isinstance(record, dict):
+        return {k: where(v) if k in PATH_KEYS else rerecord(v) for k, v in record.items()}
+    if isinstance(record, list):
+        return [rerecord(v) for v in record]
+    return record
+
+
+def collect(source: Path, runs: Path) -> list[str]:
+    """Copy the finished run files of ``source`` (parts run, base, passk) into ``runs``, their
+    folders re-recorded (``rerecord``), every number kept. Returns the names copied."""
+    runs.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for path in sorted(Path(source).glob("*.json")):
+        record = json.loads(path.read_text())
+        if record.get("part") not in ("run", "base", "passk"):
+            continue
+        (runs / path.name).write_text(json.dumps(rerecord(record), indent=1) + "\n")
+        copied.append(path.name)
+    return copied
+
+
 def summarize(record: dict, source: str) -> dict:
     """One run's line of the report (bench_real_lm's rl records and this script's)."""
     if "rl" in record:  # bench_real_lm's rl arm: GRPO from the base
@@ -337,8 +379,9 @@ def summarize(record: dict, source: str) -> dict:
         "validation_best_exact": best["exact"], **training,
         "cpu_minutes": round(time_["cpu_seconds"] / 60, 1) if time_ else None,
         "wall_minutes": round(time_["seconds"] / 60, 1) if time_ else None,
-        "peak_rss_mib": record.get("peak_rss_mib"), "adapter": record.get("adapter"),
-        "init_adapter": record.get("init_adapter"),
+        "peak_rss_mib": record.get("peak_rss_mib"), "adapter": where(record.get("adapter")),
+        "init_adapter": where(record.get("init_adapter")),
+        "reply_tokens": record["settings"]["reply_tokens"],
         "load_average": [record.get("load_average_before"), record.get("load_average_after")],
     }  # fmt: skip
 
@@ -365,6 +408,12 @@ def load_runs(grpo_runs: Path, runs: Path) -> dict:
         record = json.loads(path.read_text())
         if record.get("part") == "run":
             found.setdefault(record["arm"], []).append(summarize(record, B.rel(path)))
+    caps = {row["reply_tokens"] for rows in found.values() for row in rows}
+    if len(caps) > 1:  # e.g. bench_real_lm's old rl runs (cap 14) beside these (16)
+        by_cap = {c: sorted({r["source"] for rows in found.values() for r in rows
+                             if r["reply_tokens"] == c}) for c in sorted(caps)}  # fmt: skip
+        raise SystemExit(f"the runs were trained at different reply caps: {by_cap}; give "
+                         "--grpo-runs the folder of rl runs at this report's cap")  # fmt: skip
     out = {}
     for arm, rows in found.items():
         for row in rows:
@@ -391,6 +440,8 @@ def paired(a_rows: dict, b_rows: dict, a: str, b: str) -> dict:
     x = [a_rows[s] for s in seeds]
     y = [b_rows[s] for s in seeds]
     tests = [{"seed": s, **mcnemar_exact(p, q)} for s, p, q in zip(seeds, x, y)]
+    for t in tests:  # the smallest two-sided p its discordant lists allow (all on one side)
+        t["floor"] = min(1.0, 2 * 0.5 ** (t["a_only"] + t["b_only"]))
     boot = bootstrap_mean_difference(x, y)
     boot = {k: round(v, 4) if isinstance(v, float) else v for k, v in boot.items()}
     means = [statistics.fmean(v) for v in x], [statistics.fmean(v) for v in y]
@@ -398,7 +449,10 @@ def paired(a_rows: dict, b_rows: dict, a: str, b: str) -> dict:
     floor = 2 / 2 ** len(seeds)
     sign["floor"] = floor
     if floor >= 0.05:
-        sign["verdict"] = f"cannot reach 0.05 with {len(seeds)} seeds (smallest p {floor:g})"
+        sign["verdict"] = (
+            f"cannot reach 0.05 with {len(seeds)} seed{'s' * (len(seeds) > 1)} "
+            f"(smallest p {floor:g})"
+        )
     return {"a": a, "b": b, "seeds": seeds, "mcnemar": tests, "bootstrap": boot,
             "sign_flip": sign}  # fmt: skip
 

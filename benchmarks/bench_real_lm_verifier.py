@@ -46,6 +46,8 @@ torch thread each (``sft_imperfect_grpo`` and ``sft_imperfect_ei`` need their se
     .venv/bin/python benchmarks/bench_real_lm_verifier.py passk --template example
     .venv/bin/python benchmarks/bench_real_lm_verifier.py passk --adapter DIR --label grpo_seed0
     .venv/bin/python benchmarks/bench_real_lm_verifier.py report --grpo-runs DIR
+    .venv/bin/python benchmarks/bench_real_lm_verifier.py report --collect-from RUN_DIR \
+        --grpo-runs DIR   # copy a run machine's finished files in first (folders re-recorded)
     .venv/bin/python benchmarks/bench_real_lm_verifier.py --quick --out DIR  # every part, tiny
 
 ``--quick`` runs every part on the tiny random Llama of ``bench_real_lm``'s quick run (its rl
@@ -141,6 +143,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--save-adapter", default=None, help="run: (default RUNS/adapters/NAME)")
     p.add_argument("--name", default=None, help="run/passk: the file name")
     p.add_argument("--grpo-runs", default=None, help=f"rl runs ({B.rel(GRPO_RUNS)})")
+    p.add_argument("--collect-from", default=None,
+                   help="report: first copy the run files of this folder into the runs folder")  # fmt: skip
     p.add_argument("--adapter", default=None, help="passk: an adapter folder")
     p.add_argument("--label", default=None, help="passk: ARM_seedN of --adapter")
     p.add_argument("--template", default="issue", choices=("issue", "example"), help="passk")
@@ -167,7 +171,7 @@ def check_args(args, seeds) -> None:
         raise SystemExit("give --seed (one run) or --seeds, not both")
     if args.part == "passk" and (args.adapter is None) != (args.label is None):
         raise SystemExit("passk: give --adapter and --label together (ARM_seedN), or neither")
-    for path in (args.adapter, args.grpo_runs):
+    for path in (args.adapter, args.grpo_runs, args.collect_from):
         if path is not None and not Path(path).is_dir():
             raise SystemExit(f"no folder {path}")
     try:
@@ -192,7 +196,7 @@ def build_args(quick=False, seeds=None, **options) -> argparse.Namespace:
 
 def settings(args) -> dict:
     out = {k: v for k, v in vars(args).items() if k not in ("part", "out_dir")}
-    for k in ("model", "save_adapter", "init_adapter", "adapter", "grpo_runs"):
+    for k in ("model", "save_adapter", "init_adapter", "adapter", "grpo_runs", "collect_from"):
         if out.get(k) not in (None, "tiny") and Path(out[k]).expanduser().exists():
             out[k] = B.rel(out[k])
     return out
@@ -313,6 +317,9 @@ def part_passk(args) -> dict:
 
 
 def part_report(args) -> dict:
+    if args.collect_from:
+        copied = V.collect(Path(args.collect_from), RUNS)
+        print(f"collected {len(copied)} run files into {B.rel(RUNS)}: {', '.join(copied)}")
     grpo_runs = Path(args.grpo_runs) if args.grpo_runs else GRPO_RUNS
     runs, lr_choice, arms = V.load_runs(grpo_runs, RUNS), {}, {}
     for arm in (a for a in ARMS if a in runs):
@@ -353,6 +360,8 @@ def part_report(args) -> dict:
         passk[p["label"]] = {k: p[k] for k in keep} | {"cpu_minutes": V.cpu_minutes(p)}
     missing = [f"{arm} seed {s}" for arm in ARMS for s in SEEDS
                if s not in outcomes.get(arm, {})]  # fmt: skip
+    missing += [f"{arm}: a second learning rate (tried only {', '.join(map(str, runs[arm]))})"
+                for arm in AFTER_SFT if arm in runs and len(runs[arm]) < 2]  # fmt: skip
     missing += [] if base else ["base (part base)"]
     wanted = ["base_issue", "base_example"] + [f"{a}_seed{s}" for a in ARMS for s in SEEDS]
     missing += [f"passk {label}" for label in wanted if label not in passk]
@@ -407,7 +416,8 @@ def section(r: dict, results_dir=RESULTS) -> str:
         x = rows[0]  # the same on every seed but the tokens generated
         made = ", ".join("not recorded" if y["generated_tokens"] is None else
                          str(y["generated_tokens"]) for y in rows)  # fmt: skip
-        sampled = f"{x['sampled_replies']}, {x['token_slots']} ({made})"
+        sampled = (f"{x['sampled_replies']}, {x['token_slots']} ({made})" if x["sampled_replies"]
+                   else "none (supervised only)")  # fmt: skip
         if "kept_replies" in x:  # expert iteration: what it had to imitate
             sampled += "; kept " + ", ".join(str(y["kept_replies"]) for y in rows)
         lines.append(f"| {a['label']} | {a['learning_rate']:g} | {[x['seed'] for x in rows]} | "

@@ -19,7 +19,7 @@ problem, the problems themselves carry evidence:
 
 Notebook 16 compares the real language model's two arms and the base model with them.
 
-Taught in notebook 16; also used in notebooks 07, 08.
+Taught in notebook 16; also used in notebooks 07, 08, 17.
 """
 
 from __future__ import annotations

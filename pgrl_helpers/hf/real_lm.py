@@ -24,7 +24,7 @@ prefix sharing); ``evaluate`` scores a model's replies.
 
 Its tests are tests/integration/test_real_lm.py and its measurements scale/real_lm_probe.py.
 
-Taught in notebook 16.
+Taught in notebook 16; also used in notebook 17.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ policy with fewer reply tokens before any work. The model, its generation and
 ``ChatLMPolicy`` are in ``real_lm.py``; the tests are tests/integration/test_real_lm.py. Needs
 only torch (a tokenizer is passed in).
 
-Taught in notebook 16.
+Taught in notebook 16; also used in notebook 17.
 """
 
 from __future__ import annotations

@@ -313,7 +313,8 @@ def test_expert_iteration_after_sft_samples_what_grpo_after_sft_samples(restore,
 
 def fake_run(arm, seed, outcomes, lr, validation, teacher=False, **training) -> dict:
     record = {
-        "part": "run", "arm": arm, "seed": seed, "settings": {"teacher_error_rate": 0.3},
+        "part": "run", "arm": arm, "seed": seed, "settings": {"teacher_error_rate": 0.3,
+                                                                   "reply_tokens": 14},
         "training": {"learning_rate": lr, "best_step": 10, "heldout_multisets_in_training": 0,
                      "validation_curve": [{"step": 10, "exact": validation, "partial": 0.0,
                                            "format": 1.0}], **training},
@@ -397,7 +398,8 @@ def test_the_report_pairs_the_arms_problem_by_problem_on_a_known_table(restore, 
     boot = by[("sft_imperfect_grpo", "sft_imperfect")]["bootstrap"]
     assert boot["mean"] == round(5 / 8, 4) and 0 < boot["low"] <= boot["mean"] <= boot["high"]
     sign = by[("grpo", "expert_iteration")]["sign_flip"]
-    assert sign["floor"] == 1.0 and "cannot reach 0.05 with 1 seeds" in sign["verdict"]
+    assert sign["floor"] == 1.0 and "cannot reach 0.05 with 1 seed " in sign["verdict"]
+    assert first["floor"] == 2 / 2**5 and second["floor"] == 2 / 2**5
     assert "sft_gold seed 0" in r["not_run"] and "passk base_issue" in r["not_run"]
     assert "sft_imperfect_ei seed 1" in r["not_run"] and "sft_imperfect_ei seed 0" not in r[
         "not_run"] and "passk sft_imperfect_ei_seed0" in r["not_run"]  # fmt: skip
@@ -417,6 +419,48 @@ def test_the_report_refuses_a_run_scored_on_another_test_split(restore, tmp_path
     (runs / "sft_gold_seed0.json").write_text(json.dumps(record))
     with pytest.raises(SystemExit, match="scored 3 test problems.*has 8"):
         M.main(part="report", out_dir=tmp_path, grpo_runs=str(tmp_path))
+
+
+def test_the_report_refuses_rl_runs_of_another_reply_cap(restore, tmp_path):
+    """bench_real_lm's old rl runs (cap 14) beside runs at cap 16 are not compared."""
+    B.HELDOUT = 8
+    runs, grpo = tmp_path / "real_lm_verifier_runs", tmp_path / "grpo"
+    runs.mkdir()
+    grpo.mkdir()
+    record = fake_run("sft_gold", 0, [1] * 8, 5e-4, 0.5)
+    record["settings"]["reply_tokens"] = 16
+    (runs / "sft_gold_seed0.json").write_text(json.dumps(record))
+    (grpo / "rl_seed0.json").write_text(json.dumps(fake_rl(0, [1, 0] * 4)))
+    with pytest.raises(SystemExit, match=r"different reply caps: \{.*14: .*rl_seed0.*16: "):
+        M.main(part="report", out_dir=tmp_path, grpo_runs=str(grpo))
+
+
+def test_collect_rerecords_the_run_machines_folders_and_keeps_every_number(restore, tmp_path):
+    B.HELDOUT = 8
+    source = tmp_path / "machine"
+    source.mkdir()
+    record = fake_run("sft_imperfect_grpo", 0, [1, 0, 1, 1, 0, 1, 1, 1], 1e-4, 0.5)
+    inside = str(M.RESULTS / "real_lm_verifier_runs" / "adapters" / "x")  # in the repository
+    record |= {"adapter": "/elsewhere/runs47/adapters/sft_imperfect_grpo_lr0.0001_seed0",
+               "init_adapter": "/elsewhere/runs47/adapters/sft_imperfect_seed0"}  # fmt: skip
+    record["settings"] |= {"save_adapter": inside, "model": "models/SmolLM2-135M-Instruct"}
+    (source / "sft_imperfect_grpo_lr0.0001_seed0.json").write_text(json.dumps(record))
+    (source / "notes.json").write_text(json.dumps({"part": "something else"}))
+    r = M.main(part="report", out_dir=tmp_path, grpo_runs=str(tmp_path),
+               collect_from=str(source))  # fmt: skip
+    copied = json.loads((tmp_path / "real_lm_verifier_runs" /
+                         "sft_imperfect_grpo_lr0.0001_seed0.json").read_text())  # fmt: skip
+    assert not (tmp_path / "real_lm_verifier_runs" / "notes.json").exists()
+    assert copied["adapter"] == V.NOT_COMMITTED.format("sft_imperfect_grpo_lr0.0001_seed0")
+    assert copied["init_adapter"] == V.NOT_COMMITTED.format("sft_imperfect_seed0")
+    assert (
+        copied["settings"]["save_adapter"] == "benchmarks/results/real_lm_verifier_runs/adapters/x"
+    )
+    assert "/elsewhere" not in json.dumps(copied) and "/elsewhere" not in json.dumps(r)
+    for key in ("test_greedy", "training", "wall_and_cpu", "peak_rss_mib", "seed", "arm"):
+        assert copied[key] == record[key]
+    assert r["arms"]["sft_imperfect_grpo"]["runs"][0]["test_exact"] == 0.75
+    assert "sft_imperfect_grpo: a second learning rate (tried only 0.0001)" in r["not_run"]
 
 
 # ----------------------------------------------------------------------------- options, quick

@@ -1,0 +1,296 @@
+"""Notebook 17 ("What RL adds when only a verifier is available") against the results it reads.
+
+The notebook reads ``benchmarks/results/real_lm_verifier.json`` (``bench_real_lm_verifier.py
+report``) and loads the committed adapter ``real_lm_verifier_runs/sft_imperfect_seed0_adapter``.
+These tests keep its prose in line with that file: every number the prose quotes (the arms' test
+exact per seed, the teacher's rates, the base model under both parsers and prompts, the
+validation steps, the McNemar counts, p-values, Holm's count, floor and bootstrap interval, the
+goals' status) is rebuilt from the results and must appear in the prose, and each of those numbers
+must also appear in a stored cell output (prose numbers come from outputs). They also check that
+no live cell scores the test split, that ``sft_gold`` is labelled as using gold answers, and that
+the committed adapter is the one the runs started from. Each check has a planted-fault twin.
+A rerun with more seeds changes the numbers: these tests then fail until the prose says the new
+ones.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+NOTEBOOK = ROOT / "notebooks" / "17_what_rl_adds.ipynb"
+ADAPTER = RESULTS / "real_lm_verifier_runs" / "sft_imperfect_seed0_adapter"
+
+
+def notebook() -> dict:
+    return json.loads(NOTEBOOK.read_text())
+
+
+def results() -> dict:
+    path = RESULTS / "real_lm_verifier.json"
+    if not path.exists():
+        pytest.skip(f"{path.name} not found: run benchmarks/bench_real_lm_verifier.py report")
+    return json.loads(path.read_text())
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def markdown(nb: dict) -> str:
+    return flat(
+        "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    )
+
+
+def outputs(nb: dict) -> str:
+    texts = []
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            texts.append(
+                "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
+            )
+    return flat("\n".join(texts))
+
+
+# ---------------------------------------------------------------- the numbers of the prose
+
+
+def and3(values) -> str:
+    """'a, b and c' with three decimals (the prose's lists of seeds)."""
+    text = [f"{v:.3f}" for v in values]
+    return text[0] if len(text) == 1 else ", ".join(text[:-1]) + " and " + text[-1]
+
+
+def expected_phrases(r: dict) -> list[str]:
+    """Every sentence fragment of the prose that quotes a number, rebuilt from the results."""
+    arms, teacher = r["arms"], r["teacher"]
+    exact = {arm: [run["test_exact"] for run in a["runs"]] for arm, a in arms.items()}
+    by = {(c["a"], c["b"]): c for c in r["comparisons"]}
+    after = by[("sft_imperfect_grpo", "sft_imperfect")]
+    first, boot = after["mcnemar"][0], after["bootstrap"]
+    vs_teacher = by[("sft_imperfect_grpo", "teacher")]["mcnemar"][0]
+    race = by[("sft_imperfect_grpo", "sft_imperfect_ei")]["mcnemar"][0]
+    seeds = sorted(teacher, key=int)
+    demos = [teacher[s]["on_demonstrations"]["exact"] for s in seeds]
+    on_test = [teacher[s]["on_test_exact"] for s in seeds]
+    base = r["base"]
+    n_test = len(base["strict"]["issue"]["exact_per_problem"])
+    strict = {sum(base["strict"][p]["exact_per_problem"]) for p in ("issue", "example")}
+    lenient = {sum(base["lenient"][p]["exact_per_problem"]) for p in ("issue", "example")}
+    assert len(strict) == len(lenient) == 1, "the prose says 'under either prompt'"
+    (strict,), (lenient,) = strict, lenient
+    grpo_run, ei_run = arms["sft_imperfect_grpo"]["runs"][0], arms["sft_imperfect_ei"]["runs"][0]
+    start = grpo_run["validation_curve"][0]["exact"]
+    span = {arm: f"{min(v):.3f} to {max(v):.3f}" for arm, v in exact.items()}
+    return [
+        # section 2: the base model
+        f"With the strict parser it sorts {strict} of the {n_test} test lists under either prompt",
+        f"credits {lenient} of {n_test} ({lenient / n_test:.3f}) under either prompt",
+        # section 3: the teacher
+        f"exact rate on its own demonstrations is {and3(demos)} (seeds 0 to 2)",
+        f"On the {n_test} test lists it would score {and3(on_test)}",
+        # section 4: validation
+        f"its kept adapter: {start:.3f} on validation for seed 0) and both keep step "
+        f"{grpo_run['best_step']}, where validation reached {grpo_run['validation_best_exact']:.3f}",
+        # section 8: the reading
+        f"demonstrations reaches test exact {and3(exact['sft_imperfect'])} (seeds 0 to 2), "
+        f"against {and3(exact['sft_gold'])} for the same SFT on gold answers, and "
+        f"{and3(exact['grpo'])} for GRPO from the base",
+        f"own rate on the same lists ({', '.join(f'{v:.3f}' for v in on_test)})",
+        f"`sft_imperfect_grpo` reaches {grpo_run['test_exact']:.3f} against `sft_imperfect`'s "
+        f"{exact['sft_imperfect'][0]:.3f}: {first['a_only']} lists gained, {first['b_only']} lost, "
+        f"McNemar p {first['p_value']:.3f} alone and {first['p_holm']:.3f} after Holm over the "
+        f"{r['holm']['tests']} tests made",
+        f"the bootstrap over lists gives {boot['mean']:+.3f} [{boot['low']:+.3f}, {boot['high']:+.3f}]",
+        f"above with Holm-adjusted p {vs_teacher['p_holm']:.3f} ({vs_teacher['a_only']} lists to "
+        f"{vs_teacher['b_only']})",
+        f"`sft_imperfect_ei` reaches {ei_run['test_exact']:.3f} on seed 0. The two differ on "
+        f"{race['a_only'] + race['b_only']} lists ({race['a_only']} to {race['b_only']}): the floor "
+        f"of such a test is {race['floor']:.3f}",
+        f"one seed run, p {first['p_holm']:.3f}",
+        # what you learned
+        f"scored {span['sft_imperfect']} on test against {span['sft_gold']} for gold SFT",
+        f"at notebook 16's budget ({span['grpo']}) on every seed",
+    ]
+
+
+def claim_problems(r: dict) -> list[str]:
+    """The prose's statements that are not numbers, checked against the results."""
+    arms, by = r["arms"], {(c["a"], c["b"]): c for c in r["comparisons"]}
+    exact = {arm: {run["seed"]: run["test_exact"] for run in a["runs"]} for arm, a in arms.items()}
+    teacher = {int(s): t["on_test_exact"] for s, t in r["teacher"].items()}
+    problems = []
+    above = [s for s in sorted(teacher) if exact["sft_imperfect"][s] > teacher[s]]
+    if above != [0, 2]:
+        problems.append(
+            f"'the student is above on seeds 0 and 2 and below on seed 1': above on {above}"
+        )
+    if not all(exact["sft_imperfect"][s] > exact["grpo"][s] for s in exact["grpo"]):
+        problems.append("'above GRPO from the base ... on every seed' no longer holds")
+    if by[("sft_imperfect_grpo", "sft_imperfect")]["mcnemar"][0]["p_holm"] < 0.05:
+        problems.append("'Not significant after the correction' no longer holds")
+    if by[("sft_imperfect_grpo", "sft_imperfect_ei")]["mcnemar"][0]["floor"] < 0.05:
+        problems.append("'this comparison cannot reach 0.05' no longer holds")
+    if "expert_iteration" in arms:
+        problems.append("'expert_iteration has not been run': it has")
+    if r["passk"] is not None:
+        problems.append("'No pass@k has been measured for these arms yet': it has")
+    if r["learning_rate_choice"]:
+        problems.append("'no learning rate has been chosen yet': one has")
+    if len(arms["sft_imperfect_grpo"]["runs"]) != 1 or len(arms["sft_imperfect_ei"]["runs"]) != 1:
+        problems.append("'seed 0 only' after SFT: more seeds exist")
+    return problems
+
+
+def number_problems(nb: dict, r: dict) -> list[str]:
+    text, shown = markdown(nb), outputs(nb)
+    problems = claim_problems(r)
+    for phrase in expected_phrases(r):
+        if phrase not in text:
+            problems.append(f"the prose lacks {phrase!r}")
+        for number in re.findall(r"[+-]?\d+\.\d+", phrase):
+            if number.lstrip("+") not in shown:
+                problems.append(f"{number} (in {phrase!r}) is printed by no cell")
+    return problems
+
+
+def test_every_number_of_the_prose_matches_the_results_and_an_output():
+    problems = number_problems(notebook(), results())
+    assert not problems, "\n".join(problems)
+
+
+PLANTS = {
+    "an arm's test exact": lambda r: r["arms"]["sft_imperfect"]["runs"][1].update(test_exact=0.7),
+    "the teacher on test": lambda r: r["teacher"]["2"].update(on_test_exact=0.75),
+    "a McNemar count": lambda r: r["comparisons"][0]["mcnemar"][0].update(a_only=12),
+    "a Holm-adjusted p": lambda r: r["comparisons"][1]["mcnemar"][0].update(p_holm=0.04),
+    "Holm's count": lambda r: r["holm"].update(tests=16),
+    "a floor": lambda r: r["comparisons"][2]["mcnemar"][0].update(floor=0.0625),
+    "the bootstrap": lambda r: r["comparisons"][0]["bootstrap"].update(high=0.25),
+    "the base": lambda r: (
+        r["base"]["lenient"]["issue"]["exact_per_problem"].__setitem__(0, 1)
+        or r["base"]["lenient"]["example"]["exact_per_problem"].__setitem__(0, 1)
+    ),
+    "a kept step": lambda r: r["arms"]["sft_imperfect_grpo"]["runs"][0].update(best_step=40),
+    "the student below its teacher": lambda r: r["teacher"]["0"].update(on_test_exact=0.9),
+    "a significant gain": lambda r: r["comparisons"][0]["mcnemar"][0].update(p_holm=0.01),
+    "a new arm": lambda r: r["arms"].setdefault("expert_iteration", r["arms"]["grpo"]),
+    "pass@k measured": lambda r: r.update(passk={"curves": {}}),
+    "a rate chosen": lambda r: r.update(learning_rate_choice={"sft_imperfect_grpo": {}}),
+}
+
+
+@pytest.mark.parametrize("plant", sorted(PLANTS))
+def test_planted_changed_results_fail_the_numbers(plant):
+    r = copy.deepcopy(results())
+    PLANTS[plant](r)
+    assert number_problems(notebook(), r), f"a changed {plant} went unnoticed"
+
+
+def test_planted_prose_number_without_an_output_fails():
+    nb, r = copy.deepcopy(notebook()), results()
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            for out in cell.get("outputs", []):
+                if "text" in out:
+                    out["text"] = "".join(out["text"]).replace("0.781", "0.7xx")
+    assert any("printed by no cell" in p for p in number_problems(nb, r))
+
+
+# ---------------------------------------------------------------- no live cell scores the test split
+
+#: The calls the test tensor may be passed to: its contents and keys, never a model.
+ALLOWED = {"decode_numbers", "prompt_key", "key", "len", "cat", "set"}
+
+
+def split_problems(nb: dict) -> list[str]:
+    problems = []
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        tree = ast.parse("".join(cell["source"]))
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id == "test" and isinstance(node.ctx, ast.Load):
+                call = parents.get(node)
+                while isinstance(call, (ast.List, ast.Tuple)):  # torch.cat([validation, test])
+                    call = parents.get(call)
+                func = getattr(call, "func", None)
+                name = getattr(func, "attr", getattr(func, "id", None))
+                if not isinstance(call, ast.Call) or name not in ALLOWED:
+                    problems.append(f"cell {i} line {node.lineno}: the test split passed to {name}")
+    return problems
+
+
+def test_no_live_cell_scores_the_test_split():
+    assert not split_problems(notebook())
+
+
+def test_planted_live_test_evaluation_is_found():
+    nb = copy.deepcopy(notebook())
+    nb["cells"].append({"cell_type": "code", "source": [
+        "R.evaluate(student, tokenizer, test, TEMPLATE, greedy=True)"], "outputs": []})  # fmt: skip
+    assert split_problems(nb)
+
+
+# ---------------------------------------------------------------- labels, the adapter, the runs
+
+
+def label_problems(nb: dict, r: dict) -> list[str]:
+    problems = []
+    if "uses gold" not in r["arms"]["sft_gold"]["label"]:
+        problems.append("the results' sft_gold label must say it uses gold answers")
+    if (
+        "| `sft_gold` | the same SFT on gold answers: the upper reference, **which uses gold answers** |"
+        not in markdown(nb)
+    ):
+        problems.append("the arms table must say sft_gold uses gold answers")
+    if "4-bit (Q4_1) GGUF, dequantized" not in markdown(nb):
+        problems.append("the prose must say the weights are quantized to 4 bits")
+    return problems
+
+
+def test_the_gold_arm_and_the_weights_are_labelled():
+    assert not label_problems(notebook(), results())
+
+
+def test_planted_unlabelled_gold_arm_fails():
+    nb, r = copy.deepcopy(notebook()), copy.deepcopy(results())
+    r["arms"]["sft_gold"]["label"] = "SFT"
+    assert label_problems(nb, r)
+    for cell in nb["cells"]:
+        cell["source"] = "".join(cell["source"]).replace("**which uses gold answers**", "")
+    assert label_problems(nb, results())
+
+
+def test_the_committed_adapter_is_the_one_the_runs_started_from():
+    """The float16 copy's absolute sum equals the init_lora_abs_sum the seed-0 runs after SFT
+    recorded when they loaded the float32 original (to float16 rounding)."""
+    safetensors = pytest.importorskip("safetensors.torch")
+    weights = safetensors.load_file(str(ADAPTER / "adapter_model.safetensors"))
+    total = sum(float(v.float().abs().sum()) for v in weights.values())
+    config = json.loads((ADAPTER / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "models/SmolLM2-135M-Instruct"
+    assert len(weights) == 420 and config["r"] == 8
+    for arm in ("sft_imperfect_grpo", "sft_imperfect_ei"):
+        for path in sorted((RESULTS / "real_lm_verifier_runs").glob(f"{arm}_lr*_seed0.json")):
+            record = json.loads(path.read_text())
+            assert record["init_adapter"].endswith("sft_imperfect_seed0)")
+            assert total == pytest.approx(record["init_lora_abs_sum"], rel=1e-5), path.name
+
+
+def test_the_results_record_no_machine_folder_and_no_held_out_training():
+    r = results()
+    text = json.dumps(r)
+    assert "/work/" not in text and "/home/" not in text and "/tmp/" not in text
+    assert r["splits"]["test_guided_choice"] is None
+    assert {run["heldout"] for a in r["arms"].values() for run in a["runs"]} == {0}
+    assert {run["reply_tokens"] for a in r["arms"].values() for run in a["runs"]} == {16}
