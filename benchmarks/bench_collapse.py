@@ -256,7 +256,9 @@ def collapse_definition() -> dict:
 
 
 def section(payload: dict, results_dir=RESULTS_DIR) -> str:
-    """Collapsed seeds, test exact and end entropy per setting, against notebook 08's."""
+    """Collapsed seeds, test exact and end entropy per setting, against notebook 08's; the table
+    and the verdicts recomputed from the stored runs (``summary_table``, ``comparisons``: a file
+    written before the verdict named its floor still holds "within seed noise")."""
     rule = payload["collapse_definition"]
     c = payload["config"]
     seeds = ", ".join(map(str, payload["seeds"]))
@@ -288,11 +290,12 @@ def section(payload: dict, results_dir=RESULTS_DIR) -> str:
         "1-minute load average "
         f"{loads[0]} at the end (CPU seconds are comparable, wall times would not be).",
         "",
-        payload["table"],
+        summary_table(payload["runs"]),
     ]
+    fresh = comparisons(payload["runs"])
     # The exact sign-flip test's floor over n paired seeds is 2/2^n (seed_stats): say so when it
     # keeps every comparison from reaching 0.05.
-    paired = min((c["n_a"] for c in payload["comparisons"].values()), default=0)
+    paired = min((c["n_a"] for c in fresh.values()), default=0)
     floor = 2 / 2**paired if paired else 1.0
     if floor >= 0.05:
         words = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -302,6 +305,12 @@ def section(payload: dict, results_dir=RESULTS_DIR) -> str:
             f"With {count} paired seed{'s' if paired != 1 else ''} the exact sign-flip test "
             f"cannot go below p = {floor:g}: these comparisons cannot show a difference at 0.05.",
         ]
+    lines += [
+        "",
+        "Verdicts (test exact, `compare_seeds(..., paired=True)`): "
+        + "; ".join(f"{c['name_a']} vs {c['name_b']}: {c['verdict']}" for c in fresh.values())
+        + ".",
+    ]
     return "\n".join(lines)
 
 

@@ -44,7 +44,7 @@ import torch
 from _common import RESULTS_DIR, loop_splits, machine, output_dir, parse_args, record_splits, save
 
 from pgrl_helpers.config import TrainConfig
-from pgrl_helpers.seed_stats import compare_seeds, format_comparison
+from pgrl_helpers.seed_stats import compare_seeds, format_comparison, pair_by_seed
 from pgrl_helpers.tool_task import ToolCompareTask, run_tool_episodes
 from pgrl_helpers.training import run_policy_gradient
 
@@ -217,8 +217,28 @@ def add_options(parser) -> None:
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
 
 
+def rendered_comparisons(r: dict) -> dict:
+    """{"test exact": ..., "training reward": ...}: masked vs unmasked, each recomputed by
+    ``compare_seeds(..., paired=True)`` from the stored runs, paired by seed (``pair_by_seed``;
+    training reward: the mean of the last ``last_epochs`` epochs). A file written before the
+    verdict named its floor still holds "within seed noise", which the report must not print."""
+    last = r.get("last_epochs", LAST_EPOCHS)
+    names = list(r["runs"])
+    values = {
+        "test exact": lambda x: x["test_exact"],
+        "training reward": lambda x: statistics.fmean(x["train_reward"][-last:]),
+    }
+    out = {}
+    for what, value in values.items():
+        per_seed = [{x["seed"]: value(x) for x in r["runs"][n]} for n in names]
+        _, a, b = pair_by_seed(*per_seed)
+        out[what] = compare_seeds(a, b, *names, higher_is_better=True, paired=True)
+    return out
+
+
 def section(r: dict, results_dir=RESULTS_DIR) -> str:
-    """Test exact and training reward per condition (masked vs the planted bug), compared."""
+    """Test exact and training reward per condition (masked vs the planted bug), compared
+    (recomputed from the per-seed values: ``rendered_comparisons``)."""
     c, runs = r["config"], r["runs"]
     first = next(iter(runs.values()))
     m = r["machine_at_end"]
@@ -238,6 +258,7 @@ def section(r: dict, results_dir=RESULTS_DIR) -> str:
     cpu = sum(x["cpu_seconds"] for rs in runs.values() for x in rs)
     leaked = sum(x["train_prompts_with_heldout_key"] for rs in runs.values() for x in rs)
     guided = (r.get("splits") or {}).get("test_guided_choice") or ""
+    fresh = rendered_comparisons(r)
     return "\n".join(
         [
             "## Multi-turn tool use: the environment's tokens in the loss "
@@ -271,13 +292,8 @@ def section(r: dict, results_dir=RESULTS_DIR) -> str:
             *rows,
             "",
             "Paired comparisons (`seed_stats.compare_seeds(..., paired=True)`, exact sign-flip p "
-            "over the seeds): test exact: "
-            + format_comparison(r["comparison_test_exact"])
-            + (
-                "; training reward: " + format_comparison(r["comparison_train_reward"])
-                if "comparison_train_reward" in r
-                else ""
-            )
+            "over the seeds): "
+            + "; ".join(f"{what}: {format_comparison(x)}" for what, x in fresh.items())
             + ".",
         ]
     )

@@ -204,8 +204,16 @@ def split_record(name: str, splits: dict) -> dict:
     }
 
 
+def rendered_comparisons(r: dict) -> dict:
+    """The comparisons of a pass_at_k.json payload recomputed by ``summarize`` (``compare_seeds``,
+    paired by seed) from its per-seed curves, {} for one seed: a file written before the verdict
+    named its floor still holds "within seed noise", which the report must not print."""
+    return summarize(r["per_seed"]) if len(r["per_seed"]) > 1 else {}
+
+
 def section(r: dict, results_dir=RESULTS_DIR) -> str:
-    """pass@1, pass@16 and pass@n before and after RL, per region, over the seeds."""
+    """pass@k before and after RL at every compared k, per region, over the seeds, with the
+    verdicts recomputed from the per-seed curves (``rendered_comparisons``)."""
     n, seeds = r["n"], r["seeds"]
     region_in = r["recipe"]["regions"]["in"].split(" (")[0]
     lines = [
@@ -222,20 +230,30 @@ def section(r: dict, results_dir=RESULTS_DIR) -> str:
         + (r["recipe"].get("objective", "") + ". " if r["recipe"].get("objective") else "")
         + (r.get("splits") or {}).get("test_guided_choice", ""),
         "",
-        "| region | k | checkpoint median (worst) | after RL median (worst) | p |",
-        "|---|---|---|---|---|",
+        "| region | k | checkpoint median (worst) | after RL median (worst) | p | verdict |",
+        "|---|---|---|---|---|---|",
     ]
-    for region, by_k in (r["comparisons"] or {}).items():
+    fresh = rendered_comparisons(r)
+    for region, by_k in fresh.items():
         for k_name, c in by_k.items():
             lines.append(
                 f"| {region} | {k_name} | {c['median_b']:.3f} ({c['worst_b']:.3f}) | "
-                f"{c['median_a']:.3f} ({c['worst_a']:.3f}) | {c['p_value']:.3f} |"
+                f"{c['median_a']:.3f} ({c['worst_a']:.3f}) | {c['p_value']:.3f} | {c['verdict']} |"
             )
-    verdicts = {c["verdict"] for by_k in (r["comparisons"] or {}).values() for c in by_k.values()}
+    verdicts = [c["verdict"] for by_k in fresh.values() for c in by_k.values()]
+    kinds = {  # compare_seeds' three verdicts, at its default level 0.05
+        "after RL better (p < 0.05)": "after RL better (p < ",
+        "checkpoint better (p < 0.05)": "checkpoint better (p < ",
+        "undecided (the smallest p the test could give on these values is not below 0.05)":
+            "undecided: ",
+        "no difference detected at 0.05": "no difference detected at ",
+    }  # fmt: skip
+    kinds = {kind: sum(part in v for v in verdicts) for kind, part in kinds.items()}
+    counts = "; ".join(f"{n} {kind}" for kind, n in kinds.items() if n)
     lines += [
         "",
-        f"Verdicts: {', '.join(sorted(verdicts)) or 'none (one seed)'}. Recipe selection: "
-        f"{r['recipe'].get('selection')}",
+        (f"Verdicts (of {len(verdicts)}): {counts}" if verdicts else "Verdicts: none (one seed)")
+        + f". Recipe selection: {r['recipe'].get('selection')}",
     ]
     return "\n".join(lines)
 
