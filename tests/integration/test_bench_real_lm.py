@@ -67,7 +67,7 @@ def test_the_benchmark_runs_from_its_command_line_to_its_report(tiny_bench):
     assert report["splits"]["test_scored_by"] and report["splits"]["test_guided_choice"] is None
     assert report["adapter"].endswith("real_lm_adapter")
     text = B.section(report)
-    assert "| rl | [0, 1] |" in text and "paired sign-flip" in text
+    assert "| rl | " in text and "[0, 1]" in text and "sign-flip" in text
 
 
 def test_an_unknown_arm_is_refused(tiny_bench):
@@ -135,3 +135,76 @@ def test_a_paused_run_resumes_to_the_uninterrupted_result(tiny_bench):
     assert {k: resumed["settings"][k] for k in same} == same and "peak_rss_mib" in resumed
     assert 0 <= resumed["rl"]["train_replies_at_cap"] <= 1
     assert resumed["reply_budget"]["used"] == T.MAX_NUMBERS + 1  # the word-level tokenizer's
+
+
+# ---------------------------------------------------------------- the report's statistics (issue 46)
+
+
+def _run(arm: str, seed: int, per_list: list[int]) -> dict:
+    return {"arm": arm, "seed": seed, "test_greedy": {"exact_per_problem": per_list}}
+
+
+def test_the_report_compares_the_arms_list_by_list_on_shared_seeds_with_holm_over_all():
+    """rl has 3 seeds, trl 2: rl vs trl is tested on the 2 shared seeds only; every McNemar test
+    made (pairs of arms, each arm vs the base) is in one Holm family whose size is stated; the
+    seed-level sign-flip test carries its floor 2/2^seeds and no verdict."""
+    from pgrl_helpers.paired_tests import holm, mcnemar_exact
+
+    lists = 20
+    base = {"test_greedy": {"exact_per_problem": [0] * lists}}
+    rl = [_run("rl", s, [1] * (8 + s) + [0] * (12 - s)) for s in range(3)]
+    trl = [_run("trl", s, [1] * (2 + s) + [0] * (18 - s)) for s in range(2)]
+    sft = [_run("sft_rl", s, [1] * (18 + s % 2) + [0] * (2 - s % 2)) for s in range(3)]
+    stats = B.paired_statistics({"rl": rl, "sft_rl": sft, "trl": trl}, base)
+    pairs = [(t["a"], t["b"], t["seed"]) for t in stats["mcnemar"]]
+    assert [p for p in pairs if p[:2] == ("rl", "trl")] == [("rl", "trl", 0), ("rl", "trl", 1)]
+    assert len([p for p in pairs if p[:2] == ("sft_rl", "rl")]) == 3
+    assert len([p for p in pairs if p[1] == "base"]) == 3 + 3 + 2
+    assert stats["count"] == len(pairs) == 13 and "13" in stats["holm_over"]
+    raw = [t["p_value"] for t in stats["mcnemar"]]
+    assert [t["p_holm"] for t in stats["mcnemar"]] == holm(raw)
+    first = stats["mcnemar"][0]
+    assert first["p_value"] == mcnemar_exact(sft[0]["test_greedy"]["exact_per_problem"],
+                                             rl[0]["test_greedy"]["exact_per_problem"])["p_value"]  # fmt: skip
+    d = stats["differences"]["rl - trl"]
+    assert d["seeds"] == [0, 1] and d["sign_flip"]["floor"] == 0.5
+    assert d["per_seed"] == [0.3, 0.3]
+    assert d["bootstrap"]["seeds"] == 2 and d["bootstrap"]["low"] <= 0.3 <= d["bootstrap"]["high"]
+    assert "cannot reject at 0.05" in d["sign_flip"]["reading"]
+    assert "verdict" not in d["sign_flip"]
+
+
+def test_the_report_keeps_only_the_matched_speed_record():
+    old = json.loads((B.RESULTS / "real_lm_runs" / "speed.json").read_text())
+    speed, why = B.matched_speed_or_reason(old if "timed_steps_per_side" not in old else {})
+    assert speed is None and why
+    matched = {"matched": True, "timed_steps_per_side": 10, "ours_dtype": "float32",
+               "trl_settings": {"compute_dtype": "float32", "gradient_checkpointing": False}}  # fmt: skip
+    assert B.matched_speed_or_reason(matched) == (matched, None)
+    for change in ({"ours_dtype": "bfloat16"},
+                   {"trl_settings": {"compute_dtype": "bfloat16", "gradient_checkpointing": False}},
+                   {"trl_settings": {"compute_dtype": "float32", "gradient_checkpointing": True}},
+                   {"matched": False}):  # fmt: skip
+        speed, why = B.matched_speed_or_reason(matched | change)
+        assert speed is None and why, change
+    assert B.matched_speed_or_reason(None)[0] is None
+
+
+def test_adopt_re_records_paths_outside_the_repository(tmp_path, monkeypatch):
+    monkeypatch.setattr(B, "RUNS", tmp_path / "runs")
+    src = tmp_path / "elsewhere"
+    src.mkdir()
+    inside = str(B.ROOT / "benchmarks" / "results" / "real_lm_adapter")
+    record = {"adapter": str(tmp_path / "adapters" / "rl_seed0"), "seed": 0,
+              "settings": {"save_adapter": str(tmp_path / "adapters" / "rl_seed0"),
+                           "model": "models/SmolLM2-135M-Instruct", "other": inside}}  # fmt: skip
+    (src / "rl_seed0.json").write_text(json.dumps(record))
+    (src / "rl_seed1.json").write_text(json.dumps({"paused_after_steps": 2}))
+    assert B.adopt(src) == ["rl_seed0.json"]
+    out = json.loads((B.RUNS / "rl_seed0.json").read_text())
+    assert out["adapter"] is None and out["settings"]["save_adapter"] is None
+    assert out["settings"]["other"] == "benchmarks/results/real_lm_adapter"
+    assert out["settings"]["model"] == "models/SmolLM2-135M-Instruct"
+    assert set(out["re_recorded"]) == {"adapter", "settings.save_adapter", "settings.other"}
+    assert out["re_recorded"]["adapter"].startswith("not committed")
+    assert not (B.RUNS / "rl_seed1.json").exists()

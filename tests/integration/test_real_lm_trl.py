@@ -75,7 +75,11 @@ def test_the_trl_arm_runs_into_the_rl_arms_schema_and_the_report(tiny):
     side = payload["trl"]["side_by_side"]
     assert side["rl"]["seeds"] == side["trl"]["seeds"] == [0]
     assert side["trl"]["test_exact"] == [trl["test_greedy"]["exact"]]
-    assert "Matched TRL arm" in B.section(payload)
+    assert payload["trl"]["seeds_present"] == 1 and payload["summary"]["trl"]["seeds"] == [0]
+    made = [(t["a"], t["b"], t["seed"]) for t in payload["paired_tests"]["mcnemar"]]
+    assert made == [("rl", "trl", 0), ("rl", "base", 0), ("trl", "base", 0)]
+    assert payload["paired_tests"]["differences"]["rl - trl"]["sign_flip"]["floor"] == 1.0
+    assert "Matched TRL arm" in B.section(payload) and "TRL seeds present: 1" in B.section(payload)
 
 
 def test_matched_settings_names_every_mismatch(tiny, monkeypatch):
