@@ -8,7 +8,9 @@ validation steps, the McNemar counts, p-values, Holm's count, floor and bootstra
 goals' status) is rebuilt from the results and must appear in the prose, and each of those numbers
 must also appear in a stored cell output (prose numbers come from outputs). They also check that
 no live cell scores the test split, that ``sft_gold`` is labelled as using gold answers, and that
-the committed adapter is the one the runs started from. Each check has a planted-fault twin.
+the committed adapter is the one the runs started from, and that section 7's prose quotes
+the counts its live cells print (kept replies, GRPO's tied groups, the rejected kinds). Each
+check has a planted-fault twin.
 A rerun with more seeds changes the numbers: these tests then fail until the prose says the new
 ones.
 """
@@ -294,3 +296,83 @@ def test_the_results_record_no_machine_folder_and_no_held_out_training():
     assert r["splits"]["test_guided_choice"] is None
     assert {run["heldout"] for a in r["arms"].values() for run in a["runs"]} == {0}
     assert {run["reply_tokens"] for a in r["arms"].values() for run in a["runs"]} == {16}
+
+
+# ---------------------------------------------------------------- the live round's prose
+
+
+def cell_output(nb: dict, cell_id: str) -> str:
+    cell = next(c for c in nb["cells"] if c.get("id") == cell_id)
+    return flat("".join("".join(o.get("text", "")) for o in cell.get("outputs", [])))
+
+
+def live_problems(nb: dict) -> list[str]:
+    """Section 7's prose against the stored outputs of its two live rounds (base: cell nb17-23,
+    the sft_imperfect student: nb17-25): kept counts, GRPO's tied groups, the rejected kinds."""
+    text, problems = markdown(nb), []
+    rounds = {}
+    for who, cell_id in (("base", "nb17-23"), ("student", "nb17-25")):
+        out = cell_output(nb, cell_id)
+        kept = re.search(r"the verifier keeps (\d+) of (\d+) sampled replies", out)
+        varied = re.search(r"some advantage is not 0\): (\d+) of (\d+)", out)
+        ranges = re.search(r"reward range per group (\[.*?\])(?: |$)", out)
+        if not (kept and varied and ranges):
+            return [
+                f"the live round of {cell_id} prints no kept count, tied groups or reward range"
+            ]
+        rounds[who] = (
+            *map(int, kept.groups()),
+            *map(int, varied.groups()),
+            ast.literal_eval(ranges[1]),
+        )
+    kept, sampled, varied, groups, ranges = rounds["base"]
+    all_zero = all(r == (0.0, 0.0) for r in ranges)
+    wanted = [f"{'none' if kept == 0 else kept} of the {sampled} sampled replies"]
+    if varied == 0:
+        wanted.append(f"({varied} of {groups} groups differ, printed above)")
+    else:
+        problems.append(f"'GRPO on the same samples has no signal either': {varied} groups differ")
+    if kept == 0 and all_zero:
+        wanted.append(f"({kept} of {sampled} replies kept, every GRPO reward 0)")
+    else:
+        problems.append("'What you learned' says 0 kept and every GRPO reward 0 in the base round")
+    kept, sampled, varied, groups, _ = rounds["student"]
+    wanted.append(f"from an SFT student ({kept} of {sampled} kept here)")
+    if varied == groups:
+        wanted.append(f"the rewards differ within all {groups} groups")
+    else:
+        problems.append(f"'the rewards differ within all {groups} groups': {varied} do")
+    kinds = re.search(
+        r"the rejected replies by kind of mistake: (\{.*?\})", cell_output(nb, "nb17-25")
+    )
+    kinds = ast.literal_eval(kinds[1]) if kinds else {}
+    of_teacher = sum(v for k, v in kinds.items() if k != "other")
+    wanted.append(f"{of_teacher} are of the teacher's kinds")
+    wanted.append(f"and {kinds.get('other', 0)} are other errors")
+    problems += [f"the prose lacks {w!r}" for w in wanted if w not in text]
+    return problems
+
+
+def test_the_live_rounds_prose_matches_their_outputs():
+    problems = live_problems(notebook())
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("the verifier keeps 12 of 32", "the verifier keeps 20 of 32"),  # most kept after all
+        ("not 0): 0 of 4", "not 0): 2 of 4"),  # GRPO had a signal on the base's replies
+        ("'swapped_pair': 8", "'swapped_pair': 7"),  # a count of the rejected kinds
+    ],
+)
+def test_planted_live_output_change_fails_the_prose(old, new):
+    nb = copy.deepcopy(notebook())
+    hits = 0
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            if "text" in out and old in "".join(out["text"]):
+                out["text"] = "".join(out["text"]).replace(old, new)
+                hits += 1
+    assert hits == 1, f"{old!r} is in {hits} outputs"
+    assert live_problems(nb), f"a changed live output ({old!r} -> {new!r}) went unnoticed"
