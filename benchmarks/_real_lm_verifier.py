@@ -13,9 +13,10 @@ validation (``Picker``). Nothing here reads the test split.
 * ``lenient_numbers`` / ``lenient_scores``: the digits pulled out of any reply (the format-
   controlled base).
 * ``select_verified`` / ``run_expert_iteration``: expert iteration (Anthony et al. 2017, "Thinking
-  Fast and Slow with Deep Learning and Tree Search"; STaR, Zelikman et al. 2022; the form of
-  Stanford CS336, Spring 2025, assignment 5): sample G replies per prompt, keep those the
-  verifier scores exact, one SFT step on them (from the base, or from a saved SFT adapter:
+  Fast and Slow with Deep Learning and Tree Search"; STaR, Zelikman et al. 2022; Stanford CS336,
+  Spring 2025, assignment 5, which samples a large batch per round and trains one or more epochs
+  on the kept replies; here its online limit, one round per GRPO step's samples): sample G
+  replies per prompt, keep those the verifier scores exact, one SFT step on them (from the base, or from a saved SFT adapter:
   ``sft_imperfect_ei``).
 * ``run_sft_demos``: supervised LoRA steps on gold or teacher demonstrations, the batches of
   ``bench_real_lm.run_sft``.

@@ -12,7 +12,7 @@ training prompt has a held-out multiset (checked and recorded per run). Arms:
 * ``expert_iteration``: per step 4 prompts x G = 8 replies sampled as the rl arm samples them,
   the replies the verifier scores exact kept, one SFT step on them (none: the step is skipped
   and counted); 60 steps (Anthony et al. 2017; STaR, Zelikman et al. 2022; Stanford CS336,
-  Spring 2025, assignment 5). Its sampled tokens are recorded next to rl's.
+  Spring 2025, assignment 5, in its online limit: one SFT step per round). Its sampled tokens are recorded next to rl's.
 * ``sft_imperfect``: the SFT of ``bench_real_lm``'s sft_rl arm (30 steps x 16, lr 5e-4) on
   demonstrations of an imperfect teacher: ``--teacher-error-rate`` (0.3) of them wrong in one
   realistic way (``_real_lm_verifier.teacher_answer``: a swapped adjacent pair, a dropped
