@@ -5,7 +5,7 @@ loads the committed adapter ``benchmarks/results/real_lm_adapter/``. These tests
 in line with the stored results (the goal met or not, the median and the worst seed, every number
 of section 4's summary and of "What you learned", the per-list tests recomputed from the runs,
 sft_rl's lists at cap 14 equal to sft_gold's at cap 16, no verdict read off the 3-seed test's
-floor, no unmatched speed ratio, the reply budget counted from the tokenizer) and check two rules the notebook states: the
+floor, no unmatched speed ratio and the matched one quoted with its load, the reply budget counted from the tokenizer) and check two rules the notebook states: the
 weights are said to be SmolLM2's quantized to 4 bits, and no live cell reads the test split
 (the test split is scored once, by the benchmark; the notebook reads its stored replies).
 Each check has a planted-fault twin that shows it can fail.
@@ -279,6 +279,24 @@ def expected_numbers(data: dict) -> dict[str, str]:
     }
     if not any(rl["replies_at_cap"]["test_greedy"]):
         out["rl at cap, test"] = "none of its greedy test replies did"
+    trl = summary.get("trl")
+    if trl is not None:  # the matched TRL arm's reading (section 4), on the seeds both arms have
+        tests = [t for t in data["paired_tests"]["mcnemar"] if (t["a"], t["b"]) == ("rl", "trl")]
+        more = sum(t["b_only"] > t["a_only"] for t in tests)
+        tb = data["paired_tests"]["differences"]["rl - trl"]["bootstrap"]
+        cost = [trl["training_cpu_minutes"][i] / rl["training_cpu_minutes"][rl["seeds"].index(s)]
+                for i, s in enumerate(trl["seeds"])]  # fmt: skip
+        out["trl more lists"] = (
+            f"solved more test lists than `rl`'s on {more} of {len(tests)} seeds"
+        )
+        out["rl - trl"] = (
+            f"`rl` - `trl` is {tb['mean']:.3f} (95 % bootstrap interval {tb['low']:.3f} to {tb['high']:.3f})"
+        )
+        if not any(t["p_holm"] < 0.05 for t in tests):
+            out["trl Holm"] = (
+                "no single seed's per-list test stays below 0.05 after Holm's correction"
+            )
+        out["trl cost"] = f"at {span(cost, '.1f')} times our loop's CPU minutes per run"
     return out
 
 
@@ -496,6 +514,47 @@ def test_planted_old_speed_ratio_fails():
     bf16["speed"] = {"trl_settings": {"compute_dtype": "bfloat16", "gradient_checkpointing": True},
                      "ours_dtype": "float32", "ratio_trl_over_ours": {"cpu_seconds": 9.87}}  # fmt: skip
     assert len(speed_problems(notebook(), bf16)) == 3
+
+
+def speed_prose_problems(text: str, data: dict) -> list[str]:
+    """The matched speed as the prose quotes it (section 4's summary, the Evidence section and
+    "What you learned"): the ratio of the CPU medians, both medians, the steps per side and the
+    load the steps ran under, all from ``real_lm.json``'s ``speed`` (review r7, F1/F4)."""
+    speed = data.get("speed")
+    if speed is None:
+        return []
+    text = flat(text)
+    ours, trl = speed["ours"], speed["trl"]
+    loads = [s["load_before"] for side in (ours, trl) for s in side["steps"]]
+    ratio = f"{speed['ratio_trl_over_ours']['cpu_seconds']:.2f} times our loop's CPU seconds"
+    needed = {
+        "ratio": ratio,
+        "medians": f"medians {trl['cpu_seconds']['median']:.1f} and "
+        f"{ours['cpu_seconds']['median']:.1f} s over {speed['timed_steps_per_side']} steps each",
+        "load": f"a 1-minute load average of {min(loads):.1f} to {max(loads):.1f} on 2 cores",
+    }
+    problems = [
+        f"speed {what}: '{q}' not in the prose" for what, q in needed.items() if q not in text
+    ]
+    if text.count(ratio) < 2:
+        problems.append("speed: the matched ratio is not in both section 4 and 'What you learned'")
+    return problems
+
+
+def test_the_prose_quotes_the_matched_speed():
+    assert not speed_prose_problems(markdown(notebook()), results())
+
+
+def test_planted_changed_speed_fails_the_prose():
+    data = copy.deepcopy(results())
+    if data.get("speed") is None:
+        pytest.skip("real_lm.json holds no matched speed")
+    data["speed"]["ratio_trl_over_ours"]["cpu_seconds"] += 0.4
+    data["speed"]["ours"]["cpu_seconds"]["median"] -= 1.0
+    data["speed"]["trl"]["steps"][3]["load_before"] = 7.5
+    found = speed_prose_problems(markdown(notebook()), data)
+    for what in ("speed ratio", "speed medians", "speed load", "speed: the matched ratio"):
+        assert any(f.startswith(what) for f in found), (what, found)
 
 
 # ---------------------------------------------------------------- the matched TRL arm (issue 46)
