@@ -16,6 +16,13 @@ problem, the problems themselves carry evidence:
   of the mean of a - b over seeds and problems, resampling seeds and then problems with
   replacement, the same indices for both models (both stay paired). With few seeds the seed level
   has few distinct resamples, so the interval mostly reflects the problems; say so.
+* ``mcnemar_problems_needed(a_only, b_only, problems)`` and ``seeds_needed(differences)``: power
+  calculations, the sample a future run needs to detect the difference seen, with power 0.8 by
+  default. Problems per seed for McNemar's test by Connor's formula (Connor 1987, "Sample size for
+  testing differences in proportions for the paired-sample design", *Biometrics* 43(1), 207-211,
+  eq. 3); seeds for a paired mean over seeds by the normal approximation
+  n = ((z_{1-alpha/2} + z_{power}) sd / mean)^2. Both plug in the estimates of a pilot, so they
+  are as rough as the pilot is small; say so.
 
 Notebook 16 compares the real language model's two arms and the base model with them.
 
@@ -25,11 +32,18 @@ Taught in notebook 16; also used in notebooks 07, 08, 17.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 import torch
 
-__all__ = ["bootstrap_mean_difference", "holm", "mcnemar_exact"]
+__all__ = [
+    "bootstrap_mean_difference",
+    "holm",
+    "mcnemar_exact",
+    "mcnemar_problems_needed",
+    "seeds_needed",
+]
 
 
 def _binary(values: Sequence[float], name: str) -> list[int]:
@@ -119,3 +133,48 @@ def bootstrap_mean_difference(
         "resamples": resamples,
         "level": level,
     }
+
+
+def _z(alpha: float, power: float) -> tuple[float, float]:
+    if not 0.0 < alpha < 1.0 or not 0.0 < power < 1.0:
+        raise ValueError(f"alpha and power must lie in (0, 1), got {alpha} and {power}")
+    normal = statistics.NormalDist()
+    return normal.inv_cdf(1 - alpha / 2), normal.inv_cdf(power)
+
+
+def mcnemar_problems_needed(
+    a_only: int, b_only: int, problems: int, alpha: float = 0.05, power: float = 0.8
+) -> int | None:
+    """Problems per seed for McNemar's two-sided test at ``alpha`` to detect, with ``power``, the
+    discordant rates of a pilot: ``a_only`` and ``b_only`` discordant problems out of
+    ``problems`` (Connor 1987, eq. 3:
+    n = (z_{1-alpha/2} sqrt(psi) + z_{power} sqrt(psi - delta^2))^2 / delta^2 with
+    psi = p10 + p01 and delta = p10 - p01). None when the pilot shows no difference (delta = 0).
+    """
+    if min(a_only, b_only) < 0 or a_only + b_only > problems or problems < 1:
+        raise ValueError(
+            f"need 0 <= a_only + b_only <= problems, got {a_only}, {b_only}, {problems}"
+        )
+    z_a, z_b = _z(alpha, power)
+    psi, delta = (a_only + b_only) / problems, (a_only - b_only) / problems
+    if delta == 0:
+        return None
+    n = (z_a * math.sqrt(psi) + z_b * math.sqrt(psi - delta**2)) ** 2 / delta**2
+    return math.ceil(n)
+
+
+def seeds_needed(
+    differences: Sequence[float], alpha: float = 0.05, power: float = 0.8
+) -> int | None:
+    """Seeds for a paired mean over seeds (normal approximation, two-sided ``alpha``) to detect
+    the pilot's mean difference with ``power``, its spread the pilot's seed-to-seed standard
+    deviation: n = ((z_{1-alpha/2} + z_{power}) sd / mean)^2, at least 2. ``differences`` holds
+    one number per seed (a's mean minus b's). None when the pilot's mean is 0 or it has fewer than
+    2 seeds (no spread to plug in).
+    """
+    d = [float(x) for x in differences]
+    if len(d) < 2 or statistics.fmean(d) == 0:
+        return None
+    z_a, z_b = _z(alpha, power)
+    n = ((z_a + z_b) * statistics.stdev(d) / statistics.fmean(d)) ** 2
+    return max(2, math.ceil(n))

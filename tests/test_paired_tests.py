@@ -1,4 +1,5 @@
-"""Per-problem paired tests (pgrl_helpers.paired_tests): McNemar's exact test, Holm, the bootstrap."""
+"""Per-problem paired tests (pgrl_helpers.paired_tests): McNemar's exact test, Holm, the bootstrap,
+the power calculations."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ import math
 import pytest
 import torch
 
-from pgrl_helpers.paired_tests import bootstrap_mean_difference, holm, mcnemar_exact
+from pgrl_helpers.paired_tests import (
+    bootstrap_mean_difference,
+    holm,
+    mcnemar_exact,
+    mcnemar_problems_needed,
+    seeds_needed,
+)
 
 
 def test_mcnemar_counts_only_discordant_problems():
@@ -65,3 +72,37 @@ def test_bootstrap_interval_covers_the_mean_and_is_paired():
 def test_bootstrap_rejects_mismatched_shapes():
     with pytest.raises(ValueError):
         bootstrap_mean_difference([[1, 0]], [[1, 0, 1]])
+
+
+def test_connor_problems_needed_by_hand():
+    # 11 and 3 discordant of 64: psi = 14/64, delta = 8/64; z = 1.95996, 0.84162:
+    # (1.95996 * sqrt(0.21875) + 0.84162 * sqrt(0.203125))^2 / 0.015625 = 107.5 -> 108
+    assert mcnemar_problems_needed(11, 3, 64) == 108
+    assert mcnemar_problems_needed(11, 3, 64, alpha=0.01) > 108  # a stricter level needs more
+    assert mcnemar_problems_needed(3, 11, 64) == 108  # two-sided: the sign does not matter
+    assert mcnemar_problems_needed(5, 5, 64) is None  # no difference to detect
+    with pytest.raises(ValueError):
+        mcnemar_problems_needed(40, 30, 64)
+
+
+def test_connor_size_gives_about_the_power_asked():
+    # Simulate McNemar's exact test on 108 problems with the pilot's rates: ~80 % must reject at
+    # 0.05 (the exact test is a little conservative; a formula off by a square root would not be).
+    g = torch.Generator().manual_seed(0)
+    n, trials = mcnemar_problems_needed(11, 3, 64), 1500
+    u = torch.rand(trials, n, generator=g)
+    a = (u < 11 / 64).int()  # a only
+    b = ((u >= 11 / 64) & (u < 14 / 64)).int()  # b only
+    rejected = sum(mcnemar_exact(x, y)["p_value"] < 0.05 for x, y in zip(a.tolist(), b.tolist()))
+    assert 0.70 <= rejected / trials <= 0.88
+
+
+def test_seeds_needed_normal_approximation():
+    # mean 0.2, sd 0.1: ((1.95996 + 0.84162) x 0.5)^2 = 1.96 -> at least 2
+    assert seeds_needed([0.1, 0.2, 0.3]) == 2
+    # mean 0.1, sd 0.1: (2.80158)^2 = 7.85 -> 8
+    assert seeds_needed([0.0, 0.1, 0.2]) == 8
+    assert seeds_needed([0.3]) is None  # one seed: no spread
+    assert seeds_needed([0.1, -0.1]) is None  # no mean difference
+    with pytest.raises(ValueError):
+        seeds_needed([0.1, 0.2], power=1.5)
