@@ -47,7 +47,12 @@ import torch
 from pgrl_helpers.hf import real_lm as R
 from pgrl_helpers.hf import real_lm_task as T
 from pgrl_helpers.hf.common import right_padded
-from pgrl_helpers.paired_tests import bootstrap_mean_difference, mcnemar_exact
+from pgrl_helpers.paired_tests import (
+    bootstrap_mean_difference,
+    mcnemar_exact,
+    mcnemar_problems_needed,
+    seeds_needed,
+)
 from pgrl_helpers.seed_stats import compare_seeds
 
 # ----------------------------------------------------------------------------- the teacher
@@ -454,8 +459,14 @@ def paired(a_rows: dict, b_rows: dict, a: str, b: str) -> dict:
             f"cannot reach 0.05 with {len(seeds)} seed{'s' * (len(seeds) > 1)} "
             f"(smallest p {floor:g})"
         )
+    # power (Connor 1987; normal approximation over seeds): the sample these rates would need
+    a_only, b_only = sum(t["a_only"] for t in tests), sum(t["b_only"] for t in tests)
+    power = {"level_per_seed": 0.01, "level_seeds": 0.05, "power": 0.8,
+             "problems_per_seed": mcnemar_problems_needed(a_only, b_only, len(x[0]) * len(seeds),
+                                                          alpha=0.01),
+             "seeds": seeds_needed([p - q for p, q in zip(*means)])}  # fmt: skip
     return {"a": a, "b": b, "seeds": seeds, "mcnemar": tests, "bootstrap": boot,
-            "sign_flip": sign}  # fmt: skip
+            "sign_flip": sign, "power": power}  # fmt: skip
 
 
 def passk_section(passk: dict) -> dict:

@@ -610,9 +610,7 @@ CAP_NOTES = {
     "(`sft_rl_at_cap_16`), so its per-list comparisons hold at cap 16",
 }
 #: Where bench_real_lm_verifier.py's sft_gold runs (cap 16) are looked for, in order.
-SFT_GOLD_DIRS = (
-    RESULTS / "real_lm_verifier_runs", RESULTS / "staged_r6" / "real_lm_verifier_runs"
-)  # fmt: skip
+SFT_GOLD_DIRS = (RESULTS / "real_lm_verifier_runs",)
 #: The comparisons the report makes per seed and list (McNemar), in this order; then each arm
 #: against the base model. Holm adjusts them all together.
 PAIRS = (("sft_rl", "rl"), ("rl", TRL_ARM))

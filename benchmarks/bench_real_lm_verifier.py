@@ -438,16 +438,22 @@ def section(r: dict, results_dir=RESULTS) -> str:
         )
     tests = r["holm"]["tests"]
     said = (f"McNemar's exact test per seed, Holm over all {tests} tests; bootstrap over seeds "
-            "and problems (95 %):" if tests else
+            "and problems (95 %); power: Connor (1987) for test problems per seed (the rates pooled "
+            "over seeds), the normal approximation for seeds, both plugging in these runs' "
+            "estimates:" if tests else
             "No paired comparison yet: each needs the runs of both sides.")  # fmt: skip
     lines += ["", said] + ([""] if tests else [])
     for c in r["comparisons"]:
         m = "; ".join(f"seed {t['seed']}: {t['a_only']}/{t['b_only']} p {t['p_value']:.2g} "
                       f"(Holm {t['p_holm']:.2g})" for t in c["mcnemar"])  # fmt: skip
         b = c["bootstrap"]
+        w = c["power"]
         lines.append(f"- {c['a']} vs {c['b']}: {m}; mean difference {b['mean']:+.3f} "
                      f"[{b['low']:+.3f}, {b['high']:+.3f}]; sign-flip over seeds: "
-                     f"{c['sign_flip']['verdict']}.")  # fmt: skip
+                     f"{c['sign_flip']['verdict']}; power 0.8 at these rates needs "
+                     f"{w['problems_per_seed'] or 'no (no difference seen)'} test problems per "
+                     f"seed for McNemar p < 0.01, {w['seeds'] or 'no estimate of the'} seeds "
+                     "for the mean at 0.05.")  # fmt: skip
     if r["passk"]:
         n = r["n_samples"]
         lines.append("")

@@ -67,8 +67,29 @@ def outputs(nb: dict) -> str:
 
 def and3(values) -> str:
     """'a, b and c' with three decimals (the prose's lists of seeds)."""
-    text = [f"{v:.3f}" for v in values]
-    return text[0] if len(text) == 1 else ", ".join(text[:-1]) + " and " + text[-1]
+    return andl(f"{v:.3f}" for v in values)
+
+
+def andl(items) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def p_text(p: float) -> str:
+    return "< 0.001" if p < 1e-3 else f"{p:.3f}"
+
+
+def boot(c: dict) -> str:
+    b = c["bootstrap"]
+    return f"{b['mean']:+.3f} [{b['low']:+.3f}, {b['high']:+.3f}]"
+
+
+def pairs(c: dict) -> str:
+    return andl(f"{t['a_only']}/{t['b_only']}" for t in c["mcnemar"])
+
+
+def holms(c: dict) -> str:
+    return andl(p_text(t["p_holm"]) for t in c["mcnemar"])
 
 
 def expected_phrases(r: dict) -> list[str]:
@@ -76,10 +97,14 @@ def expected_phrases(r: dict) -> list[str]:
     arms, teacher = r["arms"], r["teacher"]
     exact = {arm: [run["test_exact"] for run in a["runs"]] for arm, a in arms.items()}
     by = {(c["a"], c["b"]): c for c in r["comparisons"]}
-    after = by[("sft_imperfect_grpo", "sft_imperfect")]
-    first, boot = after["mcnemar"][0], after["bootstrap"]
-    vs_teacher = by[("sft_imperfect_grpo", "teacher")]["mcnemar"][0]
-    race = by[("sft_imperfect_grpo", "sft_imperfect_ei")]["mcnemar"][0]
+    after, teach = (
+        by[("sft_imperfect_grpo", "sft_imperfect")],
+        by[("sft_imperfect_grpo", "teacher")],
+    )
+    race_sft, race = (
+        by[("sft_imperfect_grpo", "sft_imperfect_ei")],
+        by[("grpo", "expert_iteration")],
+    )
     seeds = sorted(teacher, key=int)
     demos = [teacher[s]["on_demonstrations"]["exact"] for s in seeds]
     on_test = [teacher[s]["on_test_exact"] for s in seeds]
@@ -89,10 +114,24 @@ def expected_phrases(r: dict) -> list[str]:
     lenient = {sum(base["lenient"][p]["exact_per_problem"]) for p in ("issue", "example")}
     assert len(strict) == len(lenient) == 1, "the prose says 'under either prompt'"
     (strict,), (lenient,) = strict, lenient
-    grpo_run, ei_run = arms["sft_imperfect_grpo"]["runs"][0], arms["sft_imperfect_ei"]["runs"][0]
+    grpo_run = arms["sft_imperfect_grpo"]["runs"][0]
     start = grpo_run["validation_curve"][0]["exact"]
     span = {arm: f"{min(v):.3f} to {max(v):.3f}" for arm, v in exact.items()}
+    vs = r["passk"]["vs_base"]
+    solved = [v["solved_at_n"][0] for v in vs.values()]
+    b_issue = next(v for k, v in vs.items() if k.endswith("_vs_base_issue"))["solved_at_n"][1]
+    b_ex = next(v for k, v in vs.items() if k.endswith("_vs_base_example"))["solved_at_n"][1]
+    kept = andl(str(run["kept_replies"]) for run in arms["expert_iteration"]["runs"])
+    c = r["passk"]["curves"]
+    sd = sorted(x.rpartition("_seed")[2] for x in c if x.startswith("sft_imperfect_grpo_seed"))
+    clear = [str(t["seed"]) for t in after["mcnemar"] if t["p_holm"] < 0.01]
     return [
+        # section 1: the arms' format
+        "whose lowest format rate is "
+        f"{min(run['test_format'] for run in arms['expert_iteration']['runs']):.3f} (its seed "
+        f"{min(arms['expert_iteration']['runs'], key=lambda x: x['test_format'])['seed']}, which "
+        f"found only {min(run['kept_replies'] for run in arms['expert_iteration']['runs'])} "
+        "verified replies",
         # section 2: the base model
         f"With the strict parser it sorts {strict} of the {n_test} test lists under either prompt",
         f"credits {lenient} of {n_test} ({lenient / n_test:.3f}) under either prompt",
@@ -102,25 +141,37 @@ def expected_phrases(r: dict) -> list[str]:
         # section 4: validation
         f"its kept adapter: {start:.3f} on validation for seed 0) and both keep step "
         f"{grpo_run['best_step']}, where validation reached {grpo_run['validation_best_exact']:.3f}",
+        # section 6: pass@k
+        f"for {b_issue} of the 64 lists under the series' prompt and for {b_ex} under the "
+        "one-shot prompt",
+        f"solves between {min(solved)} and {max(solved)} lists at $k = n$",
+        f"raised pass@1 from {and3(c['sft_imperfect_seed' + x]['1'] for x in sd)} to "
+        f"{and3(c['sft_imperfect_grpo_seed' + x]['1'] for x in sd)} (seeds {andl(sd)})",
         # section 8: the reading
+        f"({r['holm']['tests']} McNemar tests, Holm over all of them)",
         f"demonstrations reaches test exact {and3(exact['sft_imperfect'])} (seeds 0 to 2), "
         f"against {and3(exact['sft_gold'])} for the same SFT on gold answers, and "
         f"{and3(exact['grpo'])} for GRPO from the base",
         f"own rate on the same lists ({', '.join(f'{v:.3f}' for v in on_test)})",
-        f"`sft_imperfect_grpo` reaches {grpo_run['test_exact']:.3f} against `sft_imperfect`'s "
-        f"{exact['sft_imperfect'][0]:.3f}: {first['a_only']} lists gained, {first['b_only']} lost, "
-        f"McNemar p {first['p_value']:.3f} alone and {first['p_holm']:.3f} after Holm over the "
-        f"{r['holm']['tests']} tests made",
-        f"the bootstrap over lists gives {boot['mean']:+.3f} [{boot['low']:+.3f}, {boot['high']:+.3f}]",
-        f"above with Holm-adjusted p {vs_teacher['p_holm']:.3f} ({vs_teacher['a_only']} lists to "
-        f"{vs_teacher['b_only']})",
-        f"`sft_imperfect_ei` reaches {ei_run['test_exact']:.3f} on seed 0. The two differ on "
-        f"{race['a_only'] + race['b_only']} lists ({race['a_only']} to {race['b_only']}): the floor "
-        f"of such a test is {race['floor']:.3f}",
-        f"one seed run, p {first['p_holm']:.3f}",
+        f"`sft_imperfect_grpo` reaches {and3(exact['sft_imperfect_grpo'])} against "
+        f"`sft_imperfect`'s {and3(exact['sft_imperfect'])}: lists gained/lost {pairs(after)} "
+        f"(seeds 0 to 2), Holm-adjusted p {holms(after)}; the bootstrap over seeds and lists "
+        f"gives {boot(after)}",
+        f"{'only seed ' + andl(clear) if clear else 'no seed'} clears p < 0.01 after Holm",
+        f"one seed's test needs about {after['power']['problems_per_seed']} test lists",
+        f"(lists {pairs(teach)}, Holm-adjusted p {holms(teach)}; mean {boot(teach)})",
+        f"`sft_imperfect_ei` reaches {and3(exact['sft_imperfect_ei'])}. The two differ on few "
+        f"lists ({pairs(race_sft)}), mean {boot(race_sft)}",
+        f"the power calculation asks for {race_sft['power']['seeds']} seeds",
+        f"`expert_iteration` reaches {and3(exact['expert_iteration'])} against GRPO's "
+        f"{and3(exact['grpo'])} (lists {pairs(race)}, Holm-adjusted p {holms(race)}); grpo minus "
+        f"expert_iteration {boot(race)}",
+        f"Expert iteration kept {kept} verified replies",
         # what you learned
         f"scored {span['sft_imperfect']} on test against {span['sft_gold']} for gold SFT",
         f"at notebook 16's budget ({span['grpo']}) on every seed",
+        f"every seed (mean {boot(after)})",
+        f"(kept {kept} replies)",
     ]
 
 
@@ -129,6 +180,8 @@ def claim_problems(r: dict) -> list[str]:
     arms, by = r["arms"], {(c["a"], c["b"]): c for c in r["comparisons"]}
     exact = {arm: {run["seed"]: run["test_exact"] for run in a["runs"]} for arm, a in arms.items()}
     teacher = {int(s): t["on_test_exact"] for s, t in r["teacher"].items()}
+    after, race = by[("sft_imperfect_grpo", "sft_imperfect")], by[("grpo", "expert_iteration")]
+    race_sft = by[("sft_imperfect_grpo", "sft_imperfect_ei")]
     problems = []
     above = [s for s in sorted(teacher) if exact["sft_imperfect"][s] > teacher[s]]
     if above != [0, 2]:
@@ -137,18 +190,45 @@ def claim_problems(r: dict) -> list[str]:
         )
     if not all(exact["sft_imperfect"][s] > exact["grpo"][s] for s in exact["grpo"]):
         problems.append("'above GRPO from the base ... on every seed' no longer holds")
-    if by[("sft_imperfect_grpo", "sft_imperfect")]["mcnemar"][0]["p_holm"] < 0.05:
-        problems.append("'Not significant after the correction' no longer holds")
-    if by[("sft_imperfect_grpo", "sft_imperfect_ei")]["mcnemar"][0]["floor"] < 0.05:
-        problems.append("'this comparison cannot reach 0.05' no longer holds")
-    if "expert_iteration" in arms:
-        problems.append("'expert_iteration has not been run': it has")
-    if r["passk"] is not None:
-        problems.append("'No pass@k has been measured for these arms yet': it has")
+    if sorted(len(a["runs"]) for a in arms.values()) != [3] * 6:
+        problems.append("'Every arm has three seeds' no longer holds")
+    below = sorted(a for a, v in arms.items() if min(x["test_format"] for x in v["runs"]) < 1)
+    if below != ["expert_iteration"]:
+        problems.append(f"'every trained arm but one answers in the list format': below 1 {below}")
+    if not all(t["a_only"] > t["b_only"] for t in after["mcnemar"]):
+        problems.append("'lifts the student on every seed' no longer holds")
+    if after["bootstrap"]["low"] <= 0:
+        problems.append("'the interval excludes 0' (sft_imperfect_grpo vs sft_imperfect) fails")
+    if all(t["p_holm"] < 0.01 for t in after["mcnemar"]):
+        problems.append("'the goal ... is not met' no longer holds: every seed clears")
+    if not all(exact["sft_imperfect_grpo"][s] > teacher[s] for s in teacher):
+        problems.append("'sft_imperfect_grpo is above its teacher on every seed' no longer holds")
+    b = race_sft["bootstrap"]
+    if b["low"] > 0 or b["high"] < 0 or any(t["p_holm"] < 0.05 for t in race_sft["mcnemar"]):
+        problems.append("'nothing ranks them' (GRPO and expert iteration after SFT): one ranks")
+    if race["bootstrap"]["low"] <= 0:
+        problems.append("'GRPO ahead of expert iteration, an interval that excludes 0' fails")
+    vs = r["passk"]["vs_base"]
+    if any(v["lost_at_n"] for v in vs.values()):
+        problems.append("'loses no list the base solves' no longer holds")
+    if any(v["first_k_base_at_or_above"] for v in vs.values()):
+        problems.append("'no curve crosses' no longer holds")
+    labels = set(r["passk"]["curves"])
+    if not {f"{a}_seed0" for a in arms} <= labels or sum(x.endswith("_seed1") for x in labels) != 2:
+        problems.append("'sampled for seed 0 of every arm (and seed 1 of two)' no longer holds")
+    curves = r["passk"]["curves"]
+    for seed in (x.rpartition("_seed")[2] for x in labels if x.startswith("sft_imperfect_grpo_")):
+        start, after_rl = (
+            curves.get(f"sft_imperfect_seed{seed}"),
+            curves[f"sft_imperfect_grpo_seed{seed}"],
+        )
+        n = str(r["n_samples"])
+        if start is None or start[n] != 1.0 or after_rl["1"] <= start["1"]:
+            problems.append(
+                f"'the start already solved every list; pass@1 up' fails on seed {seed}"
+            )
     if r["learning_rate_choice"]:
         problems.append("'no learning rate has been chosen yet': one has")
-    if len(arms["sft_imperfect_grpo"]["runs"]) != 1 or len(arms["sft_imperfect_ei"]["runs"]) != 1:
-        problems.append("'seed 0 only' after SFT: more seeds exist")
     return problems
 
 
@@ -175,7 +255,7 @@ PLANTS = {
     "a McNemar count": lambda r: r["comparisons"][0]["mcnemar"][0].update(a_only=12),
     "a Holm-adjusted p": lambda r: r["comparisons"][1]["mcnemar"][0].update(p_holm=0.04),
     "Holm's count": lambda r: r["holm"].update(tests=16),
-    "a floor": lambda r: r["comparisons"][2]["mcnemar"][0].update(floor=0.0625),
+    "a power": lambda r: r["comparisons"][0]["power"].update(problems_per_seed=200),
     "the bootstrap": lambda r: r["comparisons"][0]["bootstrap"].update(high=0.25),
     "the base": lambda r: (
         r["base"]["lenient"]["issue"]["exact_per_problem"].__setitem__(0, 1)
@@ -183,10 +263,20 @@ PLANTS = {
     ),
     "a kept step": lambda r: r["arms"]["sft_imperfect_grpo"]["runs"][0].update(best_step=40),
     "the student below its teacher": lambda r: r["teacher"]["0"].update(on_test_exact=0.9),
-    "a significant gain": lambda r: r["comparisons"][0]["mcnemar"][0].update(p_holm=0.01),
-    "a new arm": lambda r: r["arms"].setdefault("expert_iteration", r["arms"]["grpo"]),
-    "pass@k measured": lambda r: r.update(passk={"curves": {}}),
+    "every seed significant": lambda r: [
+        t.update(p_holm=0.001) for t in r["comparisons"][0]["mcnemar"]
+    ],
+    "expert iteration level with grpo": lambda r: next(
+        c for c in r["comparisons"] if c["a"] == "grpo" and c["b"] == "expert_iteration"
+    )["bootstrap"].update(low=-0.01),
+    "a list lost at n": lambda r: next(iter(r["passk"]["vs_base"].values())).update(lost_at_n=[3]),
+    "a crossover": lambda r: next(iter(r["passk"]["vs_base"].values())).update(
+        first_k_base_at_or_above=32
+    ),
+    "a format below 1": lambda r: r["arms"]["sft_gold"]["runs"][0].update(test_format=0.98),
+    "a kept count": lambda r: r["arms"]["expert_iteration"]["runs"][2].update(kept_replies=70),
     "a rate chosen": lambda r: r.update(learning_rate_choice={"sft_imperfect_grpo": {}}),
+    "sharpening undone": lambda r: r["passk"]["curves"]["sft_imperfect_seed0"].update({"1": 0.95}),
 }
 
 
