@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from pgrl_helpers.paired_tests import mcnemar_problems_needed
+
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 NOTEBOOK = ROOT / "notebooks" / "17_what_rl_adds.ipynb"
@@ -121,7 +123,14 @@ def expected_phrases(r: dict) -> list[str]:
     solved = [v["solved_at_n"][0] for v in vs.values()]
     b_issue = next(v for k, v in vs.items() if k.endswith("_vs_base_issue"))["solved_at_n"][1]
     b_ex = next(v for k, v in vs.items() if k.endswith("_vs_base_example"))["solved_at_n"][1]
-    kept = andl(str(run["kept_replies"]) for run in arms["expert_iteration"]["runs"])
+    kept_list = [str(run["kept_replies"]) for run in arms["expert_iteration"]["runs"]]
+    kept = andl(kept_list)
+    holm_step = mcnemar_problems_needed(
+        sum(t["a_only"] for t in after["mcnemar"]),
+        sum(t["b_only"] for t in after["mcnemar"]),
+        n_test * len(after["mcnemar"]),
+        alpha=0.01 / r["holm"]["tests"],
+    )
     c = r["passk"]["curves"]
     sd = sorted(x.rpartition("_seed")[2] for x in c if x.startswith("sft_imperfect_grpo_seed"))
     clear = [str(t["seed"]) for t in after["mcnemar"] if t["p_holm"] < 0.01]
@@ -159,6 +168,8 @@ def expected_phrases(r: dict) -> list[str]:
         f"gives {boot(after)}",
         f"{'only seed ' + andl(clear) if clear else 'no seed'} clears p < 0.01 after Holm",
         f"one seed's test needs about {after['power']['problems_per_seed']} test lists",
+        f"strictest step (0.01/{r['holm']['tests']}) the same calculation asks for "
+        f"{holm_step} lists per seed",
         f"(lists {pairs(teach)}, Holm-adjusted p {holms(teach)}; mean {boot(teach)})",
         f"`sft_imperfect_ei` reaches {and3(exact['sft_imperfect_ei'])}. The two differ on few "
         f"lists ({pairs(race_sft)}), mean {boot(race_sft)}",
@@ -235,6 +246,9 @@ def claim_problems(r: dict) -> list[str]:
 def number_problems(nb: dict, r: dict) -> list[str]:
     text, shown = markdown(nb), outputs(nb)
     problems = claim_problems(r)
+    kept = ", ".join(str(run["kept_replies"]) for run in r["arms"]["expert_iteration"]["runs"])
+    if f"expert_iteration: verified replies kept per seed {kept};" not in shown:
+        problems.append(f"the kept replies the prose quotes ({kept}) are printed by no cell")
     for phrase in expected_phrases(r):
         if phrase not in text:
             problems.append(f"the prose lacks {phrase!r}")
